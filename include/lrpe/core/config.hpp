@@ -1,0 +1,45 @@
+/**
+ * @file config.hpp
+ * Version, namespace and portability macros of lrpe. This is the single source of the
+ * version: CMake parses the three `LRPE_VERSION_*` lines below.
+ */
+#pragma once
+
+#define LRPE_VERSION_MAJOR 0
+#define LRPE_VERSION_MINOR 1
+#define LRPE_VERSION_PATCH 0
+
+#define LRPE_VERSION (LRPE_VERSION_MAJOR * 10000 + LRPE_VERSION_MINOR * 100 + LRPE_VERSION_PATCH)
+
+#if !defined(__cplusplus) || (__cplusplus < 202002L && !defined(__CUDACC__))
+#  error "lrpe requires C++20 (compile with -std=c++20 or link the lrpe::lrpe CMake target)"
+#endif
+
+/// Marks functions that run on both host and CUDA device (like CUTE_HOST_DEVICE).
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#  define LRPE_HOST_DEVICE __host__ __device__
+#  define LRPE_DEVICE __device__
+#else
+#  define LRPE_HOST_DEVICE
+#  define LRPE_DEVICE
+#endif
+
+#if defined(_MSC_VER)
+#  define LRPE_RESTRICT __restrict
+#else
+#  define LRPE_RESTRICT __restrict__
+#endif
+
+#include <cstddef>
+#include <cstdint>
+
+namespace lrpe {
+inline namespace v0 {
+
+/// Signed index type for sizes and strides (like Eigen::Index).
+using index_t = std::ptrdiff_t;
+/// Positions are signed 64-bit integers; relative offsets t - s may be negative.
+using position_t = std::int64_t;
+
+}  // namespace v0
+}  // namespace lrpe
