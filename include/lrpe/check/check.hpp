@@ -1,0 +1,188 @@
+/**
+ * @file check.hpp
+ * Property checks for any encoder, in-library or user-written: `lrpe::check::unitarity`,
+ * `relative`, `identity_at_zero`, `shift_invariance`. Downstream projects call them from their
+ * own tests on their own policies.
+ *
+ * Each returns a `report` (passed, the largest error, the tolerance, and where the largest
+ * error was). Residuals are formed in long double from the encoder's dense matrices, so the
+ * reported error is the encoder's own, not the check's rounding.
+ *
+ * Default tolerance on max-abs entry errors: 16·d·ε(T) (the rounding of a d-term product of
+ * matrices stored in T; about 1.2e-4 for float at d = 64, 2.3e-13 for double) plus, for checks at
+ * large positions, 8·(|s| + |t|)·ε(double): the angle s·θ is one double rounding away from the
+ * exact one, an absolute error that grows with |s| (1.8e-9 at |s| + |t| = 10⁶, far below float's
+ * rounding, visible in double).
+ */
+#pragma once
+
+#include <lrpe/core/random.hpp>
+#include <lrpe/core/view.hpp>
+
+#include <complex>
+#include <concepts>
+#include <cstdlib>
+#include <limits>
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace lrpe {
+inline namespace v0 {
+namespace check {
+
+/// What an encoder must offer to be checked (every `lrpe::encoder` does).
+template <class E>
+concept checkable_encoder = requires(const E& e, position_t s) {
+  typename E::scalar;
+  typename E::value_type;
+  { e.dim() } -> std::convertible_to<index_t>;
+  { e.transform_matrix(s) } -> std::convertible_to<dense_matrix<typename E::value_type>>;
+  { e.relative_matrix(s) } -> std::convertible_to<dense_matrix<typename E::value_type>>;
+};
+
+/// The outcome of one property check.
+struct report {
+  std::string property;    ///< what was checked, e.g. "W_s^H W_t = W_{t-s}"
+  bool passed = true;      ///< max_error <= tolerance (and no non-finite value)
+  double max_error = 0;    ///< largest absolute entry error seen
+  double tolerance = 0;    ///< the tolerance used
+  position_t s = 0;        ///< position(s) where the largest error was seen
+  position_t t = 0;
+  index_t row = -1;        ///< entry (row, col) of the largest error, -1 if not an entry
+  index_t col = -1;
+
+  explicit operator bool() const noexcept { return passed; }
+
+  /// One line: "W_s^H W_t = W_{t-s}: passed, max error 3.1e-07 <= 6.1e-05 at s=-3 t=1000000 (2, 5)".
+  [[nodiscard]] std::string to_string() const {
+    std::ostringstream os;
+    os.precision(3);
+    os << property << ": " << (passed ? "passed" : "FAILED") << ", max error " << max_error
+       << (passed ? " <= " : " > ") << tolerance << " at s=" << s << " t=" << t;
+    if (row >= 0) os << " (" << row << ", " << col << ")";
+    return os.str();
+  }
+};
+
+/// 16·d·ε(T) + 8·(|s| + |t|)·ε(double): the default tolerance for an encoder of width d
+/// checked at positions s and t.
+template <class E>
+double default_tolerance(const E& e, position_t s = 0, position_t t = 0) {
+  const auto mag = static_cast<double>(std::abs(s)) + static_cast<double>(std::abs(t));
+  return 16.0 * static_cast<double>(e.dim()) *
+             static_cast<double>(std::numeric_limits<typename E::scalar>::epsilon()) +
+         8.0 * mag * std::numeric_limits<double>::epsilon();
+}
+
+namespace detail {
+template <class S>
+using ld_t = std::conditional_t<is_complex_v<S>, std::complex<long double>, long double>;
+
+template <class S>
+dense_matrix<ld_t<S>> to_ld(const dense_matrix<S>& m) {
+  return m.template cast<ld_t<S>>();
+}
+
+/// Folds max |a − b| entrywise into `r` (NaN counts as failure).
+template <class M>
+void fold_max(report& r, const M& diff, position_t s, position_t t) {
+  for (index_t j = 0; j < diff.cols(); ++j) {
+    for (index_t i = 0; i < diff.rows(); ++i) {
+      const auto err = static_cast<double>(std::abs(diff(i, j)));
+      if (!(err <= r.max_error)) {  // also true for NaN
+        r.max_error = std::isnan(err) ? std::numeric_limits<double>::infinity() : err;
+        r.s = s;
+        r.t = t;
+        r.row = i;
+        r.col = j;
+      }
+    }
+  }
+}
+
+inline double resolve(double tol, double fallback) { return tol < 0 ? fallback : tol; }
+}  // namespace detail
+
+/**
+ * W_sᴴ W_s = I and M_sᴴ M_s = I at every position in `positions`.
+ * @param tol negative means `default_tolerance(e)`.
+ */
+template <checkable_encoder E>
+report unitarity(const E& e, std::span<const position_t> positions, double tol = -1) {
+  using V = typename E::value_type;
+  report r{"W_s^H W_s = I and M_s^H M_s = I", true, 0, detail::resolve(tol, default_tolerance(e))};
+  const auto id = dense_matrix<detail::ld_t<V>>::Identity(e.dim(), e.dim());
+  for (position_t s : positions) {
+    const auto w = detail::to_ld(dense_matrix<V>(e.relative_matrix(s)));
+    detail::fold_max(r, (w.adjoint() * w - id).eval(), s, s);
+    const auto m = detail::to_ld(dense_matrix<V>(e.transform_matrix(s)));
+    detail::fold_max(r, (m.adjoint() * m - id).eval(), s, s);
+  }
+  r.passed = r.max_error <= r.tolerance;
+  return r;
+}
+
+/// Overload for a braced list of positions.
+template <checkable_encoder E>
+report unitarity(const E& e, std::initializer_list<position_t> positions, double tol = -1) {
+  return unitarity(e, std::span<const position_t>(positions.begin(), positions.size()), tol);
+}
+
+/**
+ * The relative property W_sᴴ W_t = W_{t−s} (the paper's Eq. 9 in matrix form).
+ * @param tol negative means `default_tolerance(e)`.
+ */
+template <checkable_encoder E>
+report relative(const E& e, position_t s, position_t t, double tol = -1) {
+  using V = typename E::value_type;
+  report r{"W_s^H W_t = W_{t-s}", true, 0, detail::resolve(tol, default_tolerance(e, s, t))};
+  const auto ws = detail::to_ld(dense_matrix<V>(e.relative_matrix(s)));
+  const auto wt = detail::to_ld(dense_matrix<V>(e.relative_matrix(t)));
+  const auto wd = detail::to_ld(dense_matrix<V>(e.relative_matrix(t - s)));
+  detail::fold_max(r, (ws.adjoint() * wt - wd).eval(), s, t);
+  r.passed = r.max_error <= r.tolerance;
+  return r;
+}
+
+/// W_0 = I and M_0 = P.
+template <checkable_encoder E>
+report identity_at_zero(const E& e, double tol = -1) {
+  using V = typename E::value_type;
+  report r{"W_0 = I", true, 0, detail::resolve(tol, default_tolerance(e))};
+  const auto w0 = detail::to_ld(dense_matrix<V>(e.relative_matrix(0)));
+  detail::fold_max(r, (w0 - dense_matrix<detail::ld_t<V>>::Identity(e.dim(), e.dim())).eval(), 0, 0);
+  r.passed = r.max_error <= r.tolerance;
+  return r;
+}
+
+/**
+ * Score shift invariance f(s, t) = f(s + c, t + c) on random rows q, k drawn from
+ * `lrpe::generator(seed)` (uniform in [−1, 1)). The error is relative to ‖q‖‖k‖.
+ */
+template <class E>
+  requires requires(const E& e, const typename E::scalar* x, position_t s) { e.score(x, s, x, s); }
+report shift_invariance(const E& e, position_t s, position_t t, position_t c,
+                        std::uint64_t seed = 1, double tol = -1) {
+  using T = typename E::scalar;
+  report r{"score(s, t) = score(s+c, t+c)", true, 0,
+           detail::resolve(tol, default_tolerance(e, std::abs(s) + std::abs(c), std::abs(t) + std::abs(c)))};
+  generator g(seed);
+  std::vector<T> q(static_cast<std::size_t>(e.dim())), k(q.size());
+  double nq = 0, nk = 0;
+  for (auto& x : q) { x = static_cast<T>(2 * g.uniform01() - 1); nq += double(x) * double(x); }
+  for (auto& x : k) { x = static_cast<T>(2 * g.uniform01() - 1); nk += double(x) * double(x); }
+  const double a = e.score(q.data(), s, k.data(), t);
+  const double b = e.score(q.data(), s + c, k.data(), t + c);
+  r.max_error = std::abs(a - b) / std::sqrt(nq * nk);
+  if (std::isnan(r.max_error)) r.max_error = std::numeric_limits<double>::infinity();
+  r.s = s;
+  r.t = t;
+  r.passed = r.max_error <= r.tolerance;
+  return r;
+}
+
+}  // namespace check
+}  // namespace v0
+}  // namespace lrpe

@@ -1,0 +1,94 @@
+/**
+ * @file error.hpp
+ * The exception hierarchy of lrpe.
+ *
+ * Every public entry point validates its input and throws one of these. Each message names
+ * the function, the argument, what was expected and what was given, e.g.
+ * `lrpe::lambda::rotation: argument 'rotated_dim' must be even and <= dim (64); got 63`.
+ *
+ * | type                     | std base                | thrown for                                   |
+ * |--------------------------|-------------------------|----------------------------------------------|
+ * | `lrpe::shape_error`      | `std::invalid_argument` | sizes, dims, strides, mismatched widths      |
+ * | `lrpe::parameter_error`  | `std::invalid_argument` | a parameter outside its set (not a bijection, not unitary, zero vector) |
+ * | `lrpe::domain_error`     | `std::domain_error`     | non-finite values (NaN, inf) in parameters   |
+ *
+ * All of them also derive from the marker base `lrpe::error`, so `catch (lrpe::error const&)`
+ * catches everything the library throws on bad input.
+ */
+#pragma once
+
+#include <lrpe/core/config.hpp>
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace lrpe {
+inline namespace v0 {
+
+/// Marker base of every lrpe exception; `what()` is the full message.
+class error {
+ public:
+  virtual ~error() = default;
+  [[nodiscard]] virtual const char* what() const noexcept = 0;
+};
+
+/// Wrong sizes, dimensions or strides (d = 0, odd width where even is needed, n mismatch...).
+class shape_error : public std::invalid_argument, public error {
+ public:
+  using std::invalid_argument::invalid_argument;
+  [[nodiscard]] const char* what() const noexcept override { return std::invalid_argument::what(); }
+};
+
+/// A parameter outside the set it must belong to (not a bijection, not unitary, zero vector).
+class parameter_error : public std::invalid_argument, public error {
+ public:
+  using std::invalid_argument::invalid_argument;
+  [[nodiscard]] const char* what() const noexcept override { return std::invalid_argument::what(); }
+};
+
+/// Non-finite (NaN or infinite) values where finite ones are required.
+class domain_error : public std::domain_error, public error {
+ public:
+  using std::domain_error::domain_error;
+  [[nodiscard]] const char* what() const noexcept override { return std::domain_error::what(); }
+};
+
+namespace detail {
+
+template <class... Args>
+[[nodiscard]] std::string concat(Args const&... args) {
+  std::ostringstream os;
+  os.precision(17);
+  (os << ... << args);
+  return os.str();
+}
+
+/**
+ * Throws `E` with the house message format:
+ * `<where>: argument '<arg>' <expectation>; got <value>`.
+ */
+template <class E, class Value>
+[[noreturn]] void fail(const char* where, const char* arg, const std::string& expectation,
+                       Value const& got) {
+  throw E(concat(where, ": argument '", arg, "' ", expectation, "; got ", got));
+}
+
+/// Throws `shape_error` unless `cond`.
+template <class Value>
+void require_shape(bool cond, const char* where, const char* arg, const std::string& expectation,
+                   Value const& got) {
+  if (!cond) fail<shape_error>(where, arg, expectation, got);
+}
+
+/// Throws `parameter_error` unless `cond`.
+template <class Value>
+void require_parameter(bool cond, const char* where, const char* arg,
+                       const std::string& expectation, Value const& got) {
+  if (!cond) fail<parameter_error>(where, arg, expectation, got);
+}
+
+}  // namespace detail
+}  // namespace v0
+}  // namespace lrpe

@@ -1,0 +1,39 @@
+/**
+ * @file validate.hpp
+ * Internal argument checks shared by the policies (not part of the public API).
+ */
+#pragma once
+
+#include <lrpe/core/error.hpp>
+
+#include <cmath>
+#include <span>
+
+namespace lrpe {
+inline namespace v0 {
+namespace detail {
+
+/// d >= 1.
+inline void require_dim(index_t d, const char* where, const char* arg = "dim") {
+  require_shape(d >= 1, where, arg, "must be >= 1", d);
+}
+
+/// Every value finite; names the first offending index.
+template <class T>
+void require_finite(std::span<const T> values, const char* where, const char* arg) {
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(static_cast<double>(values[i]))) {
+      throw domain_error(concat(where, ": argument '", arg, "' must be finite; got ", values[i],
+                                " at index ", i));
+    }
+  }
+}
+
+/// `got == expected` for a length.
+inline void require_size(index_t got, index_t expected, const char* where, const char* arg) {
+  require_shape(got == expected, where, arg, concat("must have size ", expected), got);
+}
+
+}  // namespace detail
+}  // namespace v0
+}  // namespace lrpe

@@ -1,0 +1,89 @@
+/**
+ * @file householder.hpp
+ * Householder reflection P = I − 2 v vᵀ with ‖v‖ = 1 (LRPE Types 1–4).
+ *
+ * P is real, symmetric and orthogonal (P = Pᵀ = P⁻¹). The reference code draws v from N(0, I)
+ * and normalises it; `householder::seeded` does the same with lrpe's documented generator.
+ */
+#pragma once
+
+#include <lrpe/core/random.hpp>
+#include <lrpe/detail/validate.hpp>
+
+#include <cmath>
+#include <span>
+#include <vector>
+
+namespace lrpe {
+inline namespace v0 {
+namespace p {
+
+/**
+ * Householder reflection x ↦ x − 2 (x·v) v.
+ * @tparam T float or double.
+ */
+template <real_scalar T>
+class householder {
+ public:
+  using scalar = T;
+  using output_type = T;
+  static constexpr bool is_complex = false;
+  static constexpr bool is_real_orthogonal = true;
+
+  /**
+   * From an explicit vector, normalised here (in double).
+   * @param v the reflection vector, any nonzero finite length.
+   * @throws shape_error if v is empty; domain_error if an entry is not finite;
+   *         parameter_error if v is zero.
+   */
+  explicit householder(std::span<const T> v) : v_(v.begin(), v.end()) {
+    constexpr const char* where = "lrpe::p::householder";
+    detail::require_dim(static_cast<index_t>(v.size()), where, "v.size()");
+    detail::require_finite(v, where, "v");
+    double norm2 = 0;
+    for (T x : v) norm2 += static_cast<double>(x) * static_cast<double>(x);
+    const double norm = std::sqrt(norm2);
+    detail::require_parameter(norm > 0 && std::isfinite(norm), where, "v",
+                              "must be a nonzero vector of finite norm", norm);
+    for (auto& x : v_) x = static_cast<T>(static_cast<double>(x) / norm);
+  }
+  explicit householder(const std::vector<T>& v) : householder(std::span<const T>(v)) {}
+
+  /// v ~ N(0, I_d) from `lrpe::generator(seed)`, then normalised.
+  static householder seeded(index_t d, std::uint64_t seed) {
+    detail::require_dim(d, "lrpe::p::householder::seeded");
+    generator g(seed);
+    std::vector<T> v(static_cast<std::size_t>(d));
+    for (auto& x : v) x = static_cast<T>(g.normal());
+    return householder(std::span<const T>(v));
+  }
+
+  [[nodiscard]] index_t dim() const noexcept { return static_cast<index_t>(v_.size()); }
+  /// The unit vector v.
+  [[nodiscard]] std::span<const T> vector() const noexcept { return v_; }
+
+  /// y = x − 2 (vᵀx) v; works on real or complex rows (P is real).
+  template <class V>
+  void apply(const V* x, V* y) const noexcept {
+    V dot{};
+    const index_t d = dim();
+    for (index_t i = 0; i < d; ++i) dot += v_[static_cast<std::size_t>(i)] * x[i];
+    dot *= T(2);
+    for (index_t i = 0; i < d; ++i) y[i] = x[i] - dot * v_[static_cast<std::size_t>(i)];
+  }
+  /// P is symmetric: Pᴴ = P.
+  template <class V>
+  void apply_adjoint(const V* y, V* x) const noexcept { apply(y, x); }
+
+  [[nodiscard]] dense_matrix<T> matrix() const {
+    const Eigen::Map<const dense_vector<T>> v(v_.data(), dim());
+    return dense_matrix<T>::Identity(dim(), dim()) - T(2) * v * v.transpose();
+  }
+
+ private:
+  std::vector<T> v_;
+};
+
+}  // namespace p
+}  // namespace v0
+}  // namespace lrpe
