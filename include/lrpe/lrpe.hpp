@@ -9,6 +9,7 @@
 #include <lrpe/core/config.hpp>
 #include <lrpe/core/error.hpp>
 #include <lrpe/core/random.hpp>
+#include <lrpe/core/relative.hpp>
 #include <lrpe/core/traits.hpp>
 #include <lrpe/core/view.hpp>
 

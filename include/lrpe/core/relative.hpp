@@ -1,0 +1,59 @@
+/**
+ * @file relative.hpp
+ * The contract between relative encodings (canonical/) and attention (attention/).
+ *
+ * Softmax attention computes, for a query row q_s and a key row k_t,
+ *
+ *     logit(s, t) = scale · content(q_s, k_t) + bias(s, t)
+ *
+ * - a multiplicative encoding (any `lrpe::encoder`) has content = M_s q_s · M_t k_t (real view)
+ *   and no bias: attention encodes Q and K once, then runs plain dot products;
+ * - an `additive_encoding` has content = q_s · k_t and an unscaled scalar `bias(s, t)` (ALiBi,
+ *   T5 buckets, learned Toeplitz tables), added per tile after scaling, as every implementation
+ *   of those encodings does;
+ * - any other `relative_encoding` (Shaw, DeBERTa, Transformer-XL) has content =
+ *   `score(q, s, k, t)`, its full f_rel, and may carry its own default scale
+ *   (`default_scale(d)`: 1/√(3d) for DeBERTa with both terms, 1 for T5).
+ *
+ * A `value_encoding` (Shaw's a^V) also adds a position-dependent term to the output:
+ * o_s = Σ_t α_st (v_t + a^V_{t−s}).
+ */
+#pragma once
+
+#include <lrpe/core/traits.hpp>
+
+#include <concepts>
+
+namespace lrpe {
+inline namespace v0 {
+
+/// Anything with a direct relative score f_rel(q_s, k_t).
+template <class V>
+concept relative_encoding =
+    real_scalar<typename V::scalar> &&
+    requires(const V& v, const typename V::scalar* q, position_t s) {
+      { v.dim() } -> std::convertible_to<index_t>;
+      { v.score(q, s, q, s) } -> std::convertible_to<double>;
+    };
+
+/// A relative encoding whose f_rel is q·k + bias(s, t) (scalar, unscaled, depends on t − s).
+template <class V>
+concept additive_encoding =
+    relative_encoding<V> && requires(const V& v, position_t s) {
+      { V::is_additive } -> std::convertible_to<bool>;
+      requires V::is_additive;
+      { v.bias(s, s) } -> std::convertible_to<double>;
+    };
+
+/// A relative encoding that adds a^V_{t−s} to the values (Shaw et al.).
+template <class V>
+concept value_encoding =
+    relative_encoding<V> &&
+    requires(const V& v, position_t s, typename V::scalar w, typename V::scalar* out) {
+      { V::has_value_term } -> std::convertible_to<bool>;
+      requires V::has_value_term;
+      v.add_value_term(s, s, w, out);  // out += w · a^V_{t−s} (dim() elements)
+    };
+
+}  // namespace v0
+}  // namespace lrpe
