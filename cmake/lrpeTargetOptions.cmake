@@ -1,0 +1,69 @@
+# Build settings for lrpe's OWN targets (tests, examples, benches). None of them ever goes
+# on the INTERFACE targets lrpe::lrpe / lrpe::simd / lrpe::cuda that users link.
+#
+#   lrpe_add_warnings(<target>)    -Wall -Wextra -Wpedantic (/W4 on MSVC); -Werror with LRPE_WERROR
+#   lrpe_add_native(<target>)      -march=native when LRPE_NATIVE is ON and the compiler takes it
+#   lrpe_add_sanitizers(<target>)  ASan + UBSan when LRPE_SANITIZE is ON
+#   lrpe_own_target(<target>)      all three
+include_guard(GLOBAL)
+include(CheckCXXCompilerFlag)
+
+function(lrpe_add_warnings target)
+  if(MSVC)
+    target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:/W4;/permissive->")
+    if(LRPE_WERROR)
+      target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:/WX>")
+    endif()
+  else()
+    target_compile_options(${target} PRIVATE
+      "$<$<COMPILE_LANGUAGE:CXX>:-Wall;-Wextra;-Wpedantic>"
+      # nvcc: warnings of the host compiler only (-Wpedantic is noise on nvcc's generated code)
+      "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>")
+    if(LRPE_WERROR)
+      target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:-Werror>")
+    endif()
+  endif()
+endfunction()
+
+function(lrpe_add_native target)
+  if(NOT LRPE_NATIVE)
+    return()
+  endif()
+  if(NOT DEFINED LRPE_CXX_HAS_MARCH_NATIVE)
+    check_cxx_compiler_flag("-march=native" LRPE_CXX_HAS_MARCH_NATIVE)
+  endif()
+  if(LRPE_CXX_HAS_MARCH_NATIVE)
+    target_compile_options(${target} PRIVATE
+      "$<$<COMPILE_LANGUAGE:CXX>:-march=native>"
+      "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-march=native>")
+  endif()
+endfunction()
+
+function(lrpe_add_sanitizers target)
+  if(NOT LRPE_SANITIZE)
+    return()
+  endif()
+  if(MSVC)
+    target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:/fsanitize=address>")
+    return()
+  endif()
+  get_target_property(_type ${target} TYPE)
+  get_target_property(_sources ${target} SOURCES)
+  foreach(_src IN LISTS _sources)
+    if(_src MATCHES "\\.cu$")
+      message(STATUS "lrpe: ${target} is a CUDA target: built without sanitizers")
+      return()
+    endif()
+  endforeach()
+  set(_flags -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:${_flags}>")
+  if(NOT _type STREQUAL "OBJECT_LIBRARY")
+    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  endif()
+endfunction()
+
+function(lrpe_own_target target)
+  lrpe_add_warnings(${target})
+  lrpe_add_native(${target})
+  lrpe_add_sanitizers(${target})
+endfunction()
