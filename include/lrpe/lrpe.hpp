@@ -31,3 +31,4 @@
 #include <lrpe/presets.hpp>
 
 #include <lrpe/check/check.hpp>
+#include <lrpe/attention/attention.hpp>

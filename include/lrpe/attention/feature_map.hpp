@@ -1,0 +1,77 @@
+/**
+ * @file feature_map.hpp
+ * Feature maps φ for linear attention, applied elementwise before the LRPE transform:
+ * q̃_s = M_s φ(q_s), k̃_t = M_t φ(k_t) (the order of the reference code, REFERENCE.md).
+ *
+ * | map | φ(x) |
+ * |---|---|
+ * | `feature_maps::elu_plus_one` | x + 1 for x > 0, eˣ otherwise (1 + elu) |
+ * | `feature_maps::relu` | max(x, 0) |
+ * | `feature_maps::relu_eps{ε}` | max(x, 0) + ε (PermuteFormer, ε = 1e-3) |
+ * | `feature_maps::identity` | x |
+ *
+ * A user map is any `feature_map`: a callable `T(T)` applied elementwise (a lambda works), or a
+ * type with a row-wise member `apply(const T* x, T* y, index_t d)` (width preserving).
+ */
+#pragma once
+
+#include <lrpe/core/traits.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <concepts>
+
+namespace lrpe {
+inline namespace v0 {
+
+/// A feature map for rows of `T`: elementwise `T(T)` or row-wise `apply(x, y, d)`.
+template <class F, class T>
+concept feature_map =
+    std::copy_constructible<F> &&
+    (requires(const F& f, T x) {
+      { f(x) } -> std::convertible_to<T>;
+    } || requires(const F& f, const T* x, T* y, index_t d) { f.apply(x, y, d); });
+
+namespace feature_maps {
+
+/// φ(x) = 1 + elu(x): x + 1 for x > 0, eˣ otherwise (always > 0).
+struct elu_plus_one {
+  template <real_scalar T>
+  T operator()(T x) const noexcept { return x > T(0) ? x + T(1) : std::exp(x); }
+};
+
+/// φ(x) = max(x, 0).
+struct relu {
+  template <real_scalar T>
+  T operator()(T x) const noexcept { return x > T(0) ? x : T(0); }
+};
+
+/// φ(x) = max(x, 0) + ε (PermuteFormer uses ε = 1e-3).
+struct relu_eps {
+  double eps = 1e-3;
+  template <real_scalar T>
+  T operator()(T x) const noexcept { return (x > T(0) ? x : T(0)) + static_cast<T>(eps); }
+};
+
+/// φ(x) = x.
+struct identity {
+  template <real_scalar T>
+  T operator()(T x) const noexcept { return x; }
+};
+
+}  // namespace feature_maps
+
+namespace detail {
+/// y = φ(x) for one row of d elements (x and y may alias for elementwise maps).
+template <class T, class F>
+void apply_feature_map(const F& f, const T* x, T* y, index_t d) {
+  if constexpr (requires { f.apply(x, y, d); }) {
+    f.apply(x, y, d);
+  } else {
+    for (index_t i = 0; i < d; ++i) y[i] = static_cast<T>(f(x[i]));
+  }
+}
+}  // namespace detail
+
+}  // namespace v0
+}  // namespace lrpe

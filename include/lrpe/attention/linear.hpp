@@ -1,0 +1,163 @@
+/**
+ * @file linear.hpp
+ * `lrpe::linear_attention`: linear attention with an LRPE encoder (paper Eq. 39).
+ *
+ * With q̃_s = M_s φ(q_s) and k̃_t = M_t φ(k_t) (real view for complex encoders) and
+ * w_st = λ^{pos_s − pos_t} (1 without decay),
+ *
+ *     num_s = Σ_{t visible} w_st (q̃_s·k̃_t) v_t = Σ_t w_st φ(q_s)ᵀ W_{t−s} φ(k_t) v_t
+ *     den_s = Σ_{t visible} w_st  q̃_s·k̃_t
+ *     out_s = num_s                      (normalisation::none)
+ *     out_s = num_s / max(den_s, eps)    (normalisation::denominator)
+ *
+ * Non-causal: every key visible, O(n·d_f·d_v). Causal: key t visible iff pos_t ≤ pos_s, by chunks
+ * (backend/reference/linear.hpp). Only linearizable encodings are accepted: anything else is a
+ * compile error (use softmax_attention).
+ */
+#pragma once
+
+#include <lrpe/attention/feature_map.hpp>
+#include <lrpe/attention/options.hpp>
+#include <lrpe/attention/softmax.hpp>
+#include <lrpe/attention/state.hpp>
+#include <lrpe/backend/reference/linear.hpp>
+
+#include <type_traits>
+#include <utility>
+
+namespace lrpe {
+inline namespace v0 {
+
+namespace detail {
+
+/// φ then the encoder, for every row: n×d → n×d_f.
+template <class T, class Encoding, class Phi>
+row_matrix<T> linear_features(const Encoding& encoding, const Phi& phi, const matrix_view<const T>& x,
+                              const positions& pos) {
+  const index_t d = x.cols;
+  if constexpr (std::is_same_v<Encoding, no_encoding>) {
+    row_matrix<T> out(x.rows, d);
+    for (index_t i = 0; i < x.rows; ++i) apply_feature_map(phi, x.row(i), out.row(i).data(), d);
+    return out;
+  } else {
+    row_matrix<T> out(x.rows, static_cast<index_t>(encoding.feature_dim()));
+    small_buffer<T> tmp(d);
+    for (index_t i = 0; i < x.rows; ++i) {
+      apply_feature_map(phi, x.row(i), tmp.data(), d);
+      encoding.encode_features(pos[i], tmp.data(), out.row(i).data());
+    }
+    return out;
+  }
+}
+
+template <class T, class Encoding, class Phi, class Backend>
+void linear_attention_impl(const matrix_view<const T>& q, const matrix_view<const T>& k,
+                           const matrix_view<const T>& v, const matrix_view<T>& out, const Encoding& encoding,
+                           const Phi& phi, const linear_options& options, linear_attention_state<T>* state,
+                           Backend backend) {
+  constexpr const char* where = "lrpe::linear_attention";
+  static_assert(is_linearizable_encoding_v<Encoding>,
+                "lrpe::linear_attention: the encoding is not linearizable (it has no per-position "
+                "feature map, e.g. an additive bias such as ALiBi/T5, Shaw or DeBERTa); use "
+                "lrpe::softmax_attention instead (docs/attention.md)");
+  static_assert(feature_map<Phi, T>,
+                "lrpe::linear_attention: phi must satisfy lrpe::feature_map (a callable T(T), or "
+                "apply(const T*, T*, index_t))");
+  if constexpr (!std::is_same_v<Encoding, no_encoding>) {
+    static_assert(std::is_same_v<typename Encoding::scalar, T>,
+                  "lrpe::linear_attention: the encoder's scalar must be the scalar of q, k and v");
+  }
+  validate_qkv(q, k, v, out, options.q_positions, options.k_positions, where);
+  if constexpr (!std::is_same_v<Encoding, no_encoding>) require_encoding_dim<T>(encoding, q.cols, where);
+  require_eps(options.eps, where);
+  require_parameter(options.chunk >= 1, where, "options.chunk", "must be >= 1", options.chunk);
+  require_decay(options.decay, where);
+  require_parameter(options.causal || options.decay == 1.0, where, "options.decay",
+                    "must be 1 unless options.causal (the decay λ^{s−t} is defined for s ≥ t)", options.decay);
+  const index_t f = [&] {
+    if constexpr (std::is_same_v<Encoding, no_encoding>) return q.cols;
+    else return static_cast<index_t>(encoding.feature_dim());
+  }();
+  if (state != nullptr) {
+    require_parameter(options.causal, where, "options.causal", "must be true when a state is given", "false");
+    require_shape(state->feature_dim() == f && state->value_dim() == v.cols, where, "state",
+                  concat("must be ", f, "x", v.cols, " (feature_dim x v.cols)"),
+                  concat(state->feature_dim(), "x", state->value_dim()));
+    require_parameter(state->decay() == options.decay, where, "options.decay",
+                      concat("must equal state.decay() = ", state->decay()), options.decay);
+  }
+  if (options.causal) {
+    require_monotone(options.q_positions, q.rows, where, "options.q_positions");
+    require_monotone(options.k_positions, k.rows, where, "options.k_positions");
+    if (state != nullptr && !state->empty()) {
+      if (q.rows > 0) {
+        require_parameter(options.q_positions[0] >= state->last_position(), where, "options.q_positions[0]",
+                          concat("must be >= state.last_position() = ", state->last_position()),
+                          options.q_positions[0]);
+      }
+      if (k.rows > 0) {
+        require_parameter(options.k_positions[0] >= state->last_position(), where, "options.k_positions[0]",
+                          concat("must be >= state.last_position() = ", state->last_position()),
+                          options.k_positions[0]);
+      }
+    }
+  }
+  if (q.rows == 0 && k.rows == 0) return;
+
+  const row_matrix<T> qf = linear_features<T>(encoding, phi, q, options.q_positions);
+  const row_matrix<T> kf = linear_features<T>(encoding, phi, k, options.k_positions);
+  backend::linear_problem<T> problem{view(qf), view(kf), v, out, options.q_positions, options.k_positions,
+                                     options.causal, options.norm, options.eps, options.chunk};
+  if (options.causal && state == nullptr) {
+    linear_attention_state<T> local(f, v.cols, options.decay);
+    backend::linear_kernel(backend, problem, &local);
+  } else {
+    backend::linear_kernel(backend, problem, state);
+  }
+}
+
+}  // namespace detail
+
+/**
+ * Linear attention of one head.
+ *
+ * @param q, k, v  n_q×d, n_k×d, n_k×d_v (`matrix_view` or row-major Eigen), scalar T.
+ * @param out      n_q×d_v (must not overlap the inputs).
+ * @param encoding a linearizable encoding: any `lrpe::encoder` (complex ones through their real
+ *                 view) or `no_encoding{}`. Anything else does not compile.
+ * @param phi      a `feature_map` (`feature_maps::elu_plus_one{}`, `relu{}`, `relu_eps{}`,
+ *                 `identity{}`, or a lambda T(T)).
+ * @param options  causal, normalisation, eps, chunk, decay, positions (`linear_options`).
+ *
+ * n_q = n_k = 0 is a no-op; n_k = 0 gives zero rows. Scratch: the encoded Q and K (O(n·d_f)),
+ * one chunk×chunk block and one d_f×d_v state.
+ * @throws shape_error (shapes, widths), parameter_error (eps ≤ 0, chunk < 1, λ ∉ (0, 1],
+ * λ < 1 without causal, decreasing positions in causal mode), domain_error (NaN eps or λ).
+ */
+template <class Q, class K, class V, class O, class Encoding, class Phi, class Backend = backend::reference>
+  requires detail::matrix_input<Q> && detail::matrix_input<K> && detail::matrix_input<V>
+void linear_attention(const Q& q, const K& k, const V& v, O&& out, const Encoding& encoding, const Phi& phi,
+                      const linear_options& options = {}, Backend backend = {}) {
+  const auto qv = detail::as_input(q);
+  using T = std::remove_const_t<std::remove_pointer_t<decltype(qv.data)>>;
+  detail::linear_attention_impl<T>(qv, detail::as_input(k), detail::as_input(v), detail::as_output(out), encoding,
+                                   phi, options, static_cast<linear_attention_state<T>*>(nullptr), backend);
+}
+
+/**
+ * Causal linear attention of one segment of a longer sequence, continuing from `state` and
+ * leaving in it every key of this segment: calling this on consecutive segments (any split)
+ * gives exactly the result of one call on the whole sequence. `options.causal` must be true,
+ * `options.decay` must equal `state.decay()`, and the segment's positions must not precede
+ * `state.last_position()`.
+ */
+template <class Q, class K, class V, class O, class Encoding, class Phi, class T, class Backend = backend::reference>
+  requires detail::matrix_input<Q> && detail::matrix_input<K> && detail::matrix_input<V>
+void linear_attention(const Q& q, const K& k, const V& v, O&& out, const Encoding& encoding, const Phi& phi,
+                      linear_attention_state<T>& state, const linear_options& options, Backend backend = {}) {
+  detail::linear_attention_impl<T>(detail::as_input(q), detail::as_input(k), detail::as_input(v),
+                                   detail::as_output(out), encoding, phi, options, &state, backend);
+}
+
+}  // namespace v0
+}  // namespace lrpe

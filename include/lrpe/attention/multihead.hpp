@@ -1,0 +1,164 @@
+/**
+ * @file multihead.hpp
+ * Multi-head inputs without copies: `heads_view<T>`, a 4-D strided view indexed
+ * (batch, head, seq, dim) with contiguous dim, built over [batch, heads, seq, d] (`bnsh`) or
+ * [batch, seq, heads, d] (`bsnh`) memory. The multi-head entry points loop over batch × heads
+ * and call the 2-D kernels on each head's strided `matrix_view`.
+ *
+ * Per-head parameters: the encoding argument is one encoding (shared), a random-access range
+ * of encodings (one per head), or a callable `h -> encoding`; linear attention takes per-head
+ * decays in `linear_options::head_decays`.
+ */
+#pragma once
+
+#include <lrpe/attention/linear.hpp>
+#include <lrpe/attention/softmax.hpp>
+
+#include <cstddef>
+#include <iterator>
+#include <ranges>
+#include <type_traits>
+
+namespace lrpe {
+inline namespace v0 {
+
+/**
+ * A batch×heads×seq×dim strided view; element (b, h, s, i) is at
+ * `data[b·batch_stride + h·head_stride + s·seq_stride + i]`.
+ */
+template <class T>
+struct heads_view {
+  T* data = nullptr;
+  index_t batch = 0, heads = 0, seq = 0, dim = 0;
+  index_t batch_stride = 0, head_stride = 0, seq_stride = 0;
+
+  /// The (seq × dim) matrix of head h of batch entry b (row stride `seq_stride`).
+  [[nodiscard]] matrix_view<T> head(index_t b, index_t h) const noexcept {
+    return matrix_view<T>(data + b * batch_stride + h * head_stride, seq, dim, seq_stride);
+  }
+  /// A mutable view converts to a const one.
+  operator heads_view<const T>() const noexcept  // NOLINT implicit
+    requires(!std::is_const_v<T>)
+  {
+    return {data, batch, heads, seq, dim, batch_stride, head_stride, seq_stride};
+  }
+};
+
+/// [batch, heads, seq, dim] contiguous memory (PyTorch's default (B, H, N, D)).
+template <class T>
+heads_view<T> bnsh(T* data, index_t batch, index_t heads, index_t seq, index_t dim) noexcept {
+  return {data, batch, heads, seq, dim, heads * seq * dim, seq * dim, dim};
+}
+
+/// [batch, seq, heads, dim] contiguous memory (the layout of a fused QKV projection's output).
+template <class T>
+heads_view<T> bsnh(T* data, index_t batch, index_t seq, index_t heads, index_t dim) noexcept {
+  return {data, batch, heads, seq, dim, seq * heads * dim, dim, heads * dim};
+}
+
+namespace detail {
+
+template <class X>
+inline constexpr bool is_heads_view_v = false;
+template <class T>
+inline constexpr bool is_heads_view_v<heads_view<T>> = true;
+
+template <class T>
+void validate_heads(const heads_view<T>& x, const char* where, const char* arg) {
+  require_shape(x.batch >= 0 && x.heads >= 0 && x.seq >= 0 && x.dim >= 0, where, arg,
+                "must have non-negative extents", concat(x.batch, "x", x.heads, "x", x.seq, "x", x.dim));
+  require_shape(x.seq <= 1 || x.seq_stride >= x.dim, where, arg,
+                concat("must have seq_stride >= dim (", x.dim, ")"), x.seq_stride);
+}
+
+template <class T, class U>
+void require_same_bh(const heads_view<T>& a, const heads_view<U>& b, const char* where, const char* arg) {
+  require_shape(a.batch == b.batch && a.heads == b.heads, where, arg,
+                concat("must have batch x heads = ", a.batch, "x", a.heads), concat(b.batch, "x", b.heads));
+}
+
+/// The encoding of head h: a callable h -> encoding, a range indexed by h, or a shared one.
+template <class E>
+decltype(auto) head_encoding(const E& e, index_t h, index_t heads, const char* where) {
+  if constexpr (std::is_invocable_v<const E&, index_t>) {
+    return e(h);
+  } else if constexpr (std::ranges::random_access_range<const E> && std::ranges::sized_range<const E>) {
+    require_shape(static_cast<index_t>(std::ranges::size(e)) == heads, where, "encodings.size()",
+                  concat("must equal the number of heads = ", heads), std::ranges::size(e));
+    return std::ranges::begin(e)[static_cast<std::ptrdiff_t>(h)];
+  } else {
+    return (e);
+  }
+}
+
+template <class T>
+heads_view<const T> as_const_heads(const heads_view<T>& x) noexcept {
+  return {x.data, x.batch, x.heads, x.seq, x.dim, x.batch_stride, x.head_stride, x.seq_stride};
+}
+
+}  // namespace detail
+
+/**
+ * Multi-head softmax attention: for every (b, h), `softmax_attention` on the head's strided
+ * views with encoding `head_encoding(encodings, h)` and the same options (positions are shared
+ * by every batch entry and head).
+ */
+template <class TQ, class TK, class TV, class T, class Encodings, class Reweight = no_reweighting,
+          class Backend = backend::reference>
+void softmax_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const heads_view<TV>& v,
+                       const heads_view<T>& out, const Encodings& encodings,
+                       const softmax_options<Reweight>& options = {}, Backend backend = {}) {
+  constexpr const char* where = "lrpe::softmax_attention (multi-head)";
+  static_assert(!std::is_const_v<T>, "lrpe::softmax_attention: out must be a mutable heads_view");
+  detail::validate_heads(q, where, "q");
+  detail::validate_heads(k, where, "k");
+  detail::validate_heads(v, where, "v");
+  detail::validate_heads(out, where, "out");
+  detail::require_same_bh(q, k, where, "k");
+  detail::require_same_bh(q, v, where, "v");
+  detail::require_same_bh(q, out, where, "out");
+  for (index_t b = 0; b < q.batch; ++b) {
+    for (index_t h = 0; h < q.heads; ++h) {
+      softmax_attention(detail::as_const_heads(q).head(b, h), detail::as_const_heads(k).head(b, h),
+                        detail::as_const_heads(v).head(b, h), out.head(b, h),
+                        detail::head_encoding(encodings, h, q.heads, where), options, backend);
+    }
+  }
+}
+
+/**
+ * Multi-head linear attention: for every (b, h), `linear_attention` on the head's strided
+ * views with encoding `head_encoding(encodings, h)` and decay `options.head_decays[h]` (or
+ * `options.decay` when `head_decays` is empty).
+ */
+template <class TQ, class TK, class TV, class T, class Encodings, class Phi, class Backend = backend::reference>
+void linear_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const heads_view<TV>& v,
+                      const heads_view<T>& out, const Encodings& encodings, const Phi& phi,
+                      const linear_options& options = {}, Backend backend = {}) {
+  constexpr const char* where = "lrpe::linear_attention (multi-head)";
+  static_assert(!std::is_const_v<T>, "lrpe::linear_attention: out must be a mutable heads_view");
+  detail::validate_heads(q, where, "q");
+  detail::validate_heads(k, where, "k");
+  detail::validate_heads(v, where, "v");
+  detail::validate_heads(out, where, "out");
+  detail::require_same_bh(q, k, where, "k");
+  detail::require_same_bh(q, v, where, "v");
+  detail::require_same_bh(q, out, where, "out");
+  if (!options.head_decays.empty()) {
+    detail::require_size(static_cast<index_t>(options.head_decays.size()), q.heads, where, "options.head_decays");
+    for (double lambda : options.head_decays) detail::require_decay(lambda, where, "options.head_decays[h]");
+  }
+  linear_options head_options = options;
+  head_options.head_decays = {};
+  for (index_t h = 0; h < q.heads; ++h) {
+    if (!options.head_decays.empty()) head_options.decay = options.head_decays[static_cast<std::size_t>(h)];
+    for (index_t b = 0; b < q.batch; ++b) {
+      linear_attention(detail::as_const_heads(q).head(b, h), detail::as_const_heads(k).head(b, h),
+                       detail::as_const_heads(v).head(b, h), out.head(b, h),
+                       detail::head_encoding(encodings, h, q.heads, where), phi, head_options, backend);
+    }
+  }
+}
+
+}  // namespace v0
+}  // namespace lrpe

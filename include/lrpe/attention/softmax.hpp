@@ -1,0 +1,180 @@
+/**
+ * @file softmax.hpp
+ * `lrpe::softmax_attention`: softmax attention with any relative encoding (core/relative.hpp).
+ *
+ *     logit(s, t) = scale · content(q_s, k_t) + bias(s, t)
+ *     out_s       = Σ_{t visible} softmax_t(logit(s, ·)) · c(s, t) · (v_t + a^V_{t−s})
+ *
+ * | encoding | content | bias | how |
+ * |---|---|---|---|
+ * | `no_encoding` | q·k | 0 | tile GEMM |
+ * | `additive_encoding` (ALiBi, T5, tables) | q·k | `bias(s, t)` | tile GEMM + bias per entry |
+ * | `feature_encoding` (every `lrpe::encoder`) | x̃_s·x̃_t, real view of M_s x | 0 | encode Q, K once, tile GEMM |
+ * | other `relative_encoding` (Shaw, DeBERTa, XL) | `score(q, s, k, t)` | 0 | per pair |
+ *
+ * `value_encoding`s (Shaw's a^V) add their value term; `options.reweight` is URPE's C.
+ */
+#pragma once
+
+#include <lrpe/attention/options.hpp>
+#include <lrpe/backend/reference/softmax.hpp>
+#include <lrpe/core/relative.hpp>
+#include <lrpe/core/view.hpp>
+
+#include <type_traits>
+#include <utility>
+
+namespace lrpe {
+inline namespace v0 {
+
+namespace detail {
+
+template <class E>
+concept has_dim = requires(const E& e) {
+  { e.dim() } -> std::convertible_to<index_t>;
+};
+
+/// Validation shared by softmax and linear attention: Q, K, V, out shapes and positions.
+template <class T>
+void validate_qkv(const matrix_view<const T>& q, const matrix_view<const T>& k,
+                  const matrix_view<const T>& v, const matrix_view<T>& out, const positions& qp,
+                  const positions& kp, const char* where) {
+  validate(q, where, "q");
+  validate(k, where, "k");
+  validate(v, where, "v");
+  validate(out, where, "out");
+  require_shape(k.cols == q.cols, where, "k.cols", concat("must equal q.cols = ", q.cols), k.cols);
+  require_shape(v.rows == k.rows, where, "v.rows", concat("must equal k.rows = ", k.rows), v.rows);
+  require_shape(out.rows == q.rows, where, "out.rows", concat("must equal q.rows = ", q.rows), out.rows);
+  require_shape(out.cols == v.cols, where, "out.cols", concat("must equal v.cols = ", v.cols), out.cols);
+  qp.require_rows(q.rows, where, "options.q_positions");
+  kp.require_rows(k.rows, where, "options.k_positions");
+}
+
+template <class T, class E>
+void require_encoding_dim(const E& e, index_t d, const char* where) {
+  if constexpr (has_dim<E>) {
+    require_shape(static_cast<index_t>(e.dim()) == d, where, "encoding.dim()",
+                  concat("must equal q.cols = ", d), e.dim());
+  }
+}
+
+template <class T>
+auto const_tile_map(const matrix_view<const T>& x, index_t r0, index_t r1) {
+  using M = Eigen::Map<const row_matrix<T>, 0, Eigen::OuterStride<>>;
+  return M(x.row(r0), r1 - r0, x.cols, Eigen::OuterStride<>(x.row_stride));
+}
+
+}  // namespace detail
+
+/**
+ * Softmax attention of one head with a relative encoding.
+ *
+ * @param q, k, v  n_q×d, n_k×d, n_k×d_v: `matrix_view`s (any row stride) or row-major Eigen
+ *                 matrices / maps / blocks; the same scalar T (float or double).
+ * @param out      n_q×d_v output (must not overlap the inputs).
+ * @param encoding `no_encoding{}`, an `lrpe::encoder`, or any `relative_encoding` (see the table
+ *                 above); its `dim()` must equal d; its scalar must be T.
+ * @param options  causal, scale, positions, tile, URPE reweighting (`softmax_options`).
+ *
+ * Fully masked rows (no visible key, including n_k = 0) are zero; n_q = 0 is a no-op.
+ * Stable for logits of any finite magnitude (max-subtracted online softmax).
+ * Scratch memory: O(tile·(tile + d_v)) plus, for encoders, the encoded Q and K (O(n·d)).
+ * @throws shape_error on mismatched shapes, widths or position arrays; parameter_error if
+ * `tile` < 1; domain_error if the scale is not finite.
+ */
+template <class Q, class K, class V, class O, class Encoding, class Reweight = no_reweighting,
+          class Backend = backend::reference>
+  requires detail::matrix_input<Q> && detail::matrix_input<K> && detail::matrix_input<V>
+void softmax_attention(const Q& q_in, const K& k_in, const V& v_in, O&& out_in, const Encoding& encoding,
+                       const softmax_options<Reweight>& options = {}, Backend backend = {}) {
+  constexpr const char* where = "lrpe::softmax_attention";
+  const auto q = detail::as_input(q_in);
+  const auto k = detail::as_input(k_in);
+  const auto v = detail::as_input(v_in);
+  const auto out = detail::as_output(out_in);
+  using T = std::remove_const_t<std::remove_pointer_t<decltype(q.data)>>;
+  static_assert(std::is_same_v<decltype(k), const matrix_view<const T>> &&
+                    std::is_same_v<decltype(v), const matrix_view<const T>> &&
+                    std::is_same_v<decltype(out), const matrix_view<T>>,
+                "lrpe::softmax_attention: q, k, v and out must have the same scalar type");
+  static_assert(reweighting<Reweight>,
+                "lrpe::softmax_attention: options.reweight must be callable as c(s, t) -> double "
+                "or have a member weight(s, t)");
+  constexpr bool is_none = std::is_same_v<Encoding, no_encoding>;
+  static_assert(is_none || relative_encoding<Encoding> || feature_encoding<Encoding>,
+                "lrpe::softmax_attention: the encoding must be lrpe::no_encoding, an lrpe::encoder, "
+                "or satisfy lrpe::relative_encoding (core/relative.hpp)");
+  if constexpr (!is_none) {
+    static_assert(std::is_same_v<typename Encoding::scalar, T>,
+                  "lrpe::softmax_attention: the encoding's scalar must be the scalar of q, k and v");
+  }
+
+  detail::validate_qkv(q, k, v, out, options.q_positions, options.k_positions, where);
+  detail::require_parameter(options.tile >= 1, where, "options.tile", "must be >= 1", options.tile);
+  const index_t d = q.cols;
+  if constexpr (!is_none) detail::require_encoding_dim<T>(encoding, d, where);
+  if constexpr (value_encoding<Encoding>) {
+    detail::require_shape(v.cols == static_cast<index_t>(encoding.dim()), where, "v.cols",
+                          detail::concat("must equal encoding.dim() = ", encoding.dim(),
+                                         " (the encoding adds a^V to the values)"),
+                          v.cols);
+  }
+  if (q.rows == 0) return;
+  const T scale = static_cast<T>(detail::resolve_scale(encoding, options.scale, d, where));
+
+  backend::softmax_problem<T> problem{q.rows, k.rows, v, out, options.q_positions,
+                                      options.k_positions, options.causal, options.tile};
+
+  auto value_term = [&] {
+    if constexpr (value_encoding<Encoding>) {
+      return [&encoding](position_t s, position_t t, T w, T* acc) { encoding.add_value_term(s, t, w, acc); };
+    } else {
+      return backend::no_value_term{};
+    }
+  }();
+
+  // content tile = scale · A[i0:i1] · B[j0:j1]ᵀ
+  auto dot_logits = [scale](const matrix_view<const T>& a, const matrix_view<const T>& b) {
+    return [scale, a, b](index_t i0, index_t i1, index_t j0, index_t j1, auto& S) {
+      S.noalias() = detail::const_tile_map(a, i0, i1) * detail::const_tile_map(b, j0, j1).transpose();
+      S *= scale;
+    };
+  };
+
+  if constexpr (is_none) {
+    backend::softmax_kernel(backend, problem, dot_logits(q, k), value_term, options.reweight);
+  } else if constexpr (additive_encoding<Encoding>) {
+    auto content = dot_logits(q, k);
+    const auto& qp = options.q_positions;
+    const auto& kp = options.k_positions;
+    auto logits = [&](index_t i0, index_t i1, index_t j0, index_t j1, auto& S) {
+      content(i0, i1, j0, j1, S);
+      for (index_t i = i0; i < i1; ++i) {
+        for (index_t j = j0; j < j1; ++j) S(i - i0, j - j0) += static_cast<T>(encoding.bias(qp[i], kp[j]));
+      }
+    };
+    backend::softmax_kernel(backend, problem, logits, value_term, options.reweight);
+  } else if constexpr (feature_encoding<Encoding>) {
+    const index_t f = encoding.feature_dim();
+    row_matrix<T> qf(q.rows, f), kf(k.rows, f);
+    for (index_t i = 0; i < q.rows; ++i) encoding.encode_features(options.q_positions[i], q.row(i), qf.row(i).data());
+    for (index_t j = 0; j < k.rows; ++j) encoding.encode_features(options.k_positions[j], k.row(j), kf.row(j).data());
+    backend::softmax_kernel(backend, problem, dot_logits(view(std::as_const(qf)), view(std::as_const(kf))),
+                            value_term, options.reweight);
+  } else {
+    const auto& qp = options.q_positions;
+    const auto& kp = options.k_positions;
+    auto logits = [&](index_t i0, index_t i1, index_t j0, index_t j1, auto& S) {
+      for (index_t i = i0; i < i1; ++i) {
+        for (index_t j = j0; j < j1; ++j) {
+          S(i - i0, j - j0) = scale * static_cast<T>(encoding.score(q.row(i), qp[i], k.row(j), kp[j]));
+        }
+      }
+    };
+    backend::softmax_kernel(backend, problem, logits, value_term, options.reweight);
+  }
+}
+
+}  // namespace v0
+}  // namespace lrpe

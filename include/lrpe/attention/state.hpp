@@ -1,0 +1,294 @@
+/**
+ * @file state.hpp
+ * `lrpe::linear_attention_state`: the d_f×d_v state of causal linear attention, for O(d_f·d_v)
+ * per-token decoding and for splitting a sequence across calls, shards or machines.
+ *
+ * After keys t_1 ≤ … ≤ t_m (features k̃ = M_t φ(k)) the state holds, with p = t_m,
+ *
+ *     S = Σ_j λ^{p − t_j} k̃_j v_jᵀ   (d_f × d_v),   z = Σ_j λ^{p − t_j} k̃_j   (d_f),
+ *
+ * and a query at s ≥ p gets num = λ^{s−p} q̃_sᵀ S, den = λ^{s−p} q̃_s·z: exactly the causal
+ * sums over keys at positions ≤ s. Appending t ≥ p updates S ← λ^{t−p} S + k̃ vᵀ (every exponent
+ * is ≥ 0: nothing overflows).
+ */
+#pragma once
+
+#include <lrpe/attention/feature_map.hpp>
+#include <lrpe/attention/options.hpp>
+#include <lrpe/core/error.hpp>
+#include <lrpe/core/traits.hpp>
+#include <lrpe/detail/small_buffer.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace lrpe {
+inline namespace v0 {
+
+/**
+ * The exported state: a plain, copyable struct (resume with `linear_attention_state(snapshot)`).
+ * `to_flat()` / `from_flat()` serialise it to a flat `std::vector<double>` (floats convert
+ * exactly; the position is stored as two 32-bit halves, so it is exact for every int64).
+ */
+template <real_scalar T>
+struct linear_attention_snapshot {
+  index_t feature_dim = 0;
+  index_t value_dim = 0;
+  double decay = 1.0;
+  position_t last_position = 0;  ///< position of the last key folded in (meaningful if count > 0)
+  index_t count = 0;             ///< number of keys folded in
+  std::vector<T> kv;             ///< S, feature_dim × value_dim, row-major
+  std::vector<T> k_sum;          ///< z, feature_dim
+
+  static constexpr double format_version = 1;
+
+  /// [version, feature_dim, value_dim, decay, pos_hi, pos_lo, count, S..., z...].
+  [[nodiscard]] std::vector<double> to_flat() const {
+    std::vector<double> flat;
+    flat.reserve(7 + kv.size() + k_sum.size());
+    const auto u = static_cast<std::uint64_t>(last_position);
+    flat.insert(flat.end(), {format_version, static_cast<double>(feature_dim), static_cast<double>(value_dim),
+                             decay, static_cast<double>(u >> 32), static_cast<double>(u & 0xffffffffULL),
+                             static_cast<double>(count)});
+    for (T x : kv) flat.push_back(static_cast<double>(x));
+    for (T x : k_sum) flat.push_back(static_cast<double>(x));
+    return flat;
+  }
+
+  /// Inverse of `to_flat()`. @throws shape_error if the vector is not a state of this format.
+  static linear_attention_snapshot from_flat(std::span<const double> flat) {
+    constexpr const char* where = "lrpe::linear_attention_snapshot::from_flat";
+    detail::require_shape(flat.size() >= 7 && flat[0] == format_version, where, "flat",
+                          "must start with the header [1, feature_dim, value_dim, ...]", flat.size());
+    linear_attention_snapshot s;
+    s.feature_dim = static_cast<index_t>(flat[1]);
+    s.value_dim = static_cast<index_t>(flat[2]);
+    s.decay = flat[3];
+    const std::uint64_t u = (static_cast<std::uint64_t>(flat[4]) << 32) | static_cast<std::uint64_t>(flat[5]);
+    s.last_position = static_cast<position_t>(u);
+    s.count = static_cast<index_t>(flat[6]);
+    detail::require_shape(s.feature_dim >= 0 && s.value_dim >= 0 &&
+                              flat.size() == static_cast<std::size_t>(7 + s.feature_dim * s.value_dim + s.feature_dim),
+                          where, "flat.size()",
+                          detail::concat("must be 7 + f·dv + f for f = ", s.feature_dim, ", dv = ", s.value_dim),
+                          flat.size());
+    const auto nkv = static_cast<std::size_t>(s.feature_dim * s.value_dim);
+    s.kv.assign(flat.begin() + 7, flat.begin() + 7 + static_cast<std::ptrdiff_t>(nkv));
+    s.k_sum.assign(flat.begin() + 7 + static_cast<std::ptrdiff_t>(nkv), flat.end());
+    return s;
+  }
+};
+
+/**
+ * The running state of causal linear attention (see the file comment for the math).
+ * Copyable; not synchronised (one writer at a time).
+ */
+template <real_scalar T>
+class linear_attention_state {
+ public:
+  linear_attention_state() = default;
+
+  /**
+   * An empty state.
+   * @param feature_dim d_f: the encoder's `feature_dim()` (d, or 2d for complex encoders).
+   * @param value_dim   d_v.
+   * @param decay       λ ∈ (0, 1].
+   * @throws shape_error if a width is < 1; parameter_error if λ ∉ (0, 1].
+   */
+  linear_attention_state(index_t feature_dim, index_t value_dim, double decay = 1.0) : decay_(decay) {
+    constexpr const char* where = "lrpe::linear_attention_state";
+    detail::require_dim(feature_dim, where, "feature_dim");
+    detail::require_dim(value_dim, where, "value_dim");
+    detail::require_decay(decay, where, "decay");
+    kv_ = row_matrix<T>::Zero(feature_dim, value_dim);
+    k_sum_ = dense_vector<T>::Zero(feature_dim);
+  }
+
+  /// Resumes an exported state. @throws shape_error / parameter_error on an inconsistent snapshot.
+  explicit linear_attention_state(const linear_attention_snapshot<T>& s)
+      : linear_attention_state(s.feature_dim, s.value_dim, s.decay) {
+    constexpr const char* where = "lrpe::linear_attention_state";
+    detail::require_size(static_cast<index_t>(s.kv.size()), s.feature_dim * s.value_dim, where, "snapshot.kv");
+    detail::require_size(static_cast<index_t>(s.k_sum.size()), s.feature_dim, where, "snapshot.k_sum");
+    detail::require_shape(s.count >= 0, where, "snapshot.count", "must be >= 0", s.count);
+    for (index_t i = 0; i < s.feature_dim; ++i) {
+      for (index_t j = 0; j < s.value_dim; ++j) kv_(i, j) = s.kv[static_cast<std::size_t>(i * s.value_dim + j)];
+      k_sum_[i] = s.k_sum[static_cast<std::size_t>(i)];
+    }
+    last_ = s.last_position;
+    count_ = s.count;
+  }
+
+  /// The plain exported state (copy of S, z, last position, count, λ).
+  [[nodiscard]] linear_attention_snapshot<T> export_state() const {
+    linear_attention_snapshot<T> s;
+    s.feature_dim = feature_dim();
+    s.value_dim = value_dim();
+    s.decay = decay_;
+    s.last_position = last_;
+    s.count = count_;
+    s.kv.resize(static_cast<std::size_t>(kv_.size()));
+    for (index_t i = 0; i < kv_.rows(); ++i)
+      for (index_t j = 0; j < kv_.cols(); ++j) s.kv[static_cast<std::size_t>(i * kv_.cols() + j)] = kv_(i, j);
+    s.k_sum.assign(k_sum_.data(), k_sum_.data() + k_sum_.size());
+    return s;
+  }
+
+  [[nodiscard]] index_t feature_dim() const noexcept { return kv_.rows(); }
+  [[nodiscard]] index_t value_dim() const noexcept { return kv_.cols(); }
+  [[nodiscard]] double decay() const noexcept { return decay_; }
+  /// Number of keys folded in; 0 for a fresh state.
+  [[nodiscard]] index_t count() const noexcept { return count_; }
+  [[nodiscard]] bool empty() const noexcept { return count_ == 0; }
+  /// Position of the last key folded in (meaningful when !empty()).
+  [[nodiscard]] position_t last_position() const noexcept { return last_; }
+  /// S (d_f × d_v) and z (d_f), decayed to `last_position()`.
+  [[nodiscard]] const row_matrix<T>& kv() const noexcept { return kv_; }
+  [[nodiscard]] const dense_vector<T>& k_sum() const noexcept { return k_sum_; }
+
+  /// λ^{Δ} for Δ ≥ 0 (1 without decay), computed in double.
+  [[nodiscard]] double decay_factor(position_t delta) const noexcept {
+    return decay_ == 1.0 || delta == 0 ? 1.0 : std::pow(decay_, static_cast<double>(delta));
+  }
+
+  /**
+   * Folds one already-encoded key: S ← λ^{t−p} S + k̃ vᵀ, z ← λ^{t−p} z + k̃, p ← t.
+   * @throws parameter_error if t < last_position().
+   */
+  void append_features(const T* k_features, const T* v, position_t t) {
+    require_not_before(t, "lrpe::linear_attention_state::append", "t");
+    rescale_to(t);
+    const index_t f = feature_dim(), dv = value_dim();
+    for (index_t i = 0; i < f; ++i) {
+      const T ki = k_features[i];
+      for (index_t j = 0; j < dv; ++j) kv_(i, j) += ki * v[j];
+      k_sum_[i] += ki;
+    }
+    ++count_;
+  }
+
+  /**
+   * Folds a block of encoded keys at non-decreasing positions (the chunked algorithm's
+   * inter-chunk update): with p′ = the last position, S ← λ^{p′−p} S + Σ_j λ^{p′−t_j} k̃_j v_jᵀ.
+   */
+  template <class KF, class VB>
+  void append_block(const KF& k_features, const VB& v, const positions& pos, index_t first) {
+    const index_t m = k_features.rows();
+    if (m == 0) return;
+    const position_t p_new = pos[first + m - 1];
+    require_not_before(pos[first], "lrpe::linear_attention_state::append", "t");
+    rescale_to(p_new);
+    if (decay_ == 1.0) {
+      kv_.noalias() += k_features.transpose() * v;
+      k_sum_.noalias() += k_features.colwise().sum().transpose();
+    } else {
+      dense_vector<T> w(m);
+      for (index_t j = 0; j < m; ++j) w[j] = static_cast<T>(decay_factor(p_new - pos[first + j]));
+      kv_.noalias() += k_features.transpose() * (w.asDiagonal() * v);
+      k_sum_.noalias() += k_features.transpose() * w;
+    }
+    count_ += m;
+  }
+
+  /**
+   * Encodes and appends one key row: k̃ = M_t φ(k).
+   * @param encoding an `lrpe::encoder` (or `no_encoding{}`) whose feature_dim() is this state's.
+   * @param phi      the feature map.
+   * @param k        d elements; @param v d_v elements; @param t its position (≥ last_position()).
+   */
+  template <class Encoding, class Phi>
+  void append(const Encoding& encoding, const Phi& phi, const T* k, const T* v, position_t t) {
+    detail::small_buffer<T> kf(feature_dim());
+    encode(encoding, phi, k, t, kf.data(), "lrpe::linear_attention_state::append");
+    append_features(kf.data(), v, t);
+  }
+
+  /**
+   * Answers a query from already-encoded features: num = λ^{s−p} q̃ᵀS, den = λ^{s−p} q̃·z;
+   * out = num (normalisation::none) or num / max(den, eps).
+   * @throws parameter_error if s < last_position() (keys after s would be visible).
+   */
+  void query_features(const T* q_features, position_t s, T* out, normalisation norm = normalisation::none,
+                      double eps = 1e-6) const {
+    constexpr const char* where = "lrpe::linear_attention_state::query";
+    if (!empty()) {
+      detail::require_parameter(s >= last_, where, "s",
+                                detail::concat("must be >= last_position() = ", last_,
+                                               " (a causal query cannot precede appended keys)"),
+                                s);
+    }
+    const index_t f = feature_dim(), dv = value_dim();
+    const T w = empty() ? T(0) : static_cast<T>(decay_factor(s - last_));
+    T den = 0;
+    for (index_t j = 0; j < dv; ++j) out[j] = 0;
+    for (index_t i = 0; i < f; ++i) {
+      const T qi = q_features[i] * w;
+      for (index_t j = 0; j < dv; ++j) out[j] += qi * kv_(i, j);
+      den += qi * k_sum_[i];
+    }
+    if (norm == normalisation::denominator) {
+      detail::require_eps(eps, where);
+      const T inv = T(1) / std::max(den, static_cast<T>(eps));
+      for (index_t j = 0; j < dv; ++j) out[j] *= inv;
+    }
+  }
+
+  /// Encodes and answers one query row q at position s (see `query_features`).
+  template <class Encoding, class Phi>
+  void query(const Encoding& encoding, const Phi& phi, const T* q, position_t s, T* out,
+             normalisation norm = normalisation::none, double eps = 1e-6) const {
+    detail::small_buffer<T> qf(feature_dim());
+    encode(encoding, phi, q, s, qf.data(), "lrpe::linear_attention_state::query");
+    query_features(qf.data(), s, out, norm, eps);
+  }
+
+ private:
+  void require_not_before(position_t t, const char* where, const char* arg) const {
+    if (!empty()) {
+      detail::require_parameter(t >= last_, where, arg,
+                                detail::concat("must be >= last_position() = ", last_, " (non-decreasing)"), t);
+    }
+  }
+
+  void rescale_to(position_t p) {
+    if (!empty() && p != last_ && decay_ != 1.0) {
+      const T f = static_cast<T>(decay_factor(p - last_));
+      kv_ *= f;
+      k_sum_ *= f;
+    }
+    last_ = p;
+  }
+
+  template <class Encoding, class Phi>
+  void encode(const Encoding& encoding, const Phi& phi, const T* x, position_t s, T* features,
+              const char* where) const {
+    static_assert(is_linearizable_encoding_v<Encoding>,
+                  "lrpe::linear_attention_state: the encoding is not linearizable (it has no "
+                  "per-position feature map); use softmax_attention (docs/attention.md)");
+    static_assert(feature_map<Phi, T>, "lrpe::linear_attention_state: phi must satisfy lrpe::feature_map");
+    if constexpr (std::is_same_v<Encoding, no_encoding>) {
+      detail::apply_feature_map(phi, x, features, feature_dim());
+    } else {
+      static_assert(std::is_same_v<typename Encoding::scalar, T>,
+                    "lrpe::linear_attention_state: the encoding's scalar must be the state's");
+      detail::require_shape(static_cast<index_t>(encoding.feature_dim()) == feature_dim(), where,
+                            "encoding.feature_dim()", detail::concat("must equal feature_dim() = ", feature_dim()),
+                            encoding.feature_dim());
+      const index_t d = encoding.dim();
+      detail::small_buffer<T> tmp(d);
+      detail::apply_feature_map(phi, x, tmp.data(), d);
+      encoding.encode_features(s, tmp.data(), features);
+    }
+  }
+
+  row_matrix<T> kv_{};
+  dense_vector<T> k_sum_{};
+  double decay_ = 1.0;
+  position_t last_ = 0;
+  index_t count_ = 0;
+};
+
+}  // namespace v0
+}  // namespace lrpe

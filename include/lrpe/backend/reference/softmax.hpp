@@ -1,0 +1,158 @@
+/**
+ * @file softmax.hpp
+ * Reference kernel of tiled softmax attention with an online softmax (FlashAttention's
+ * recurrence): per query row a running max m, a running sum l and an accumulator, rescaled by
+ * e^{m_old − m_new} whenever a key tile raises the max. Memory: one tile_q×tile_k logit tile
+ * and one tile_q×d_v accumulator; never n×n.
+ *
+ * The kernel is encoding-agnostic: the front end (attention/softmax.hpp) hands it a logit tile
+ * provider (scaled content + bias), an optional value term (Shaw a^V) and an optional URPE
+ * reweighting C.
+ */
+#pragma once
+
+#include <lrpe/attention/options.hpp>
+#include <lrpe/backend/reference/tag.hpp>
+#include <lrpe/core/traits.hpp>
+#include <lrpe/core/view.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace lrpe {
+inline namespace v0 {
+namespace backend {
+
+/// Everything the softmax kernel needs besides the encoding-specific callbacks.
+template <class T>
+struct softmax_problem {
+  index_t nq = 0;                 ///< query rows
+  index_t nk = 0;                 ///< key rows
+  matrix_view<const T> v;         ///< nk × dv values
+  matrix_view<T> out;             ///< nq × dv output
+  positions q_positions{};
+  positions k_positions{};
+  bool causal = false;
+  index_t tile = 64;
+};
+
+/// No value term (everything but Shaw's a^V).
+struct no_value_term {};
+
+/**
+ * Primary template: a backend without a softmax kernel is a compile error naming it.
+ */
+template <class Backend, class T, class Logits, class ValueTerm, class Reweight>
+void softmax_kernel(Backend, const softmax_problem<T>&, const Logits&, const ValueTerm&, const Reweight&) {
+  static_assert(detail::always_false<Backend>,
+                "lrpe::softmax_attention: this backend has no softmax kernel; use "
+                "lrpe::backend::reference or see docs/backends.md");
+}
+
+/**
+ * Reference online-softmax kernel.
+ *
+ * @param logits  `logits(i0, i1, j0, j1, S)` fills the row-major (i1−i0)×(j1−j0) tile S with
+ *                scale·content + bias for query rows [i0, i1) and key rows [j0, j1).
+ * @param value   `no_value_term`, or `value(s, t, w, acc_row)`: acc_row += w·a^V_{t−s}.
+ * @param c       `no_reweighting` or a URPE reweighting: p_st is multiplied by c(s, t) in the
+ *                numerator only (A = softmax ⊙ C, not renormalised).
+ *
+ * out_s = Σ_t c_st e^{l_st − m_s} (v_t + a^V) / Σ_t e^{l_st − m_s} over visible t; a row with
+ * no visible key is set to zero.
+ */
+template <class T, class Logits, class ValueTerm, class Reweight>
+void softmax_kernel(reference, const softmax_problem<T>& p, const Logits& logits,
+                    const ValueTerm& value, const Reweight& c) {
+  using tile_t = row_matrix<T>;
+  const index_t dv = p.v.cols;
+  const index_t bt = std::max<index_t>(1, p.tile);
+  constexpr T neg_inf = -std::numeric_limits<T>::infinity();
+
+  tile_t s_tile(bt, bt);
+  tile_t acc(bt, dv);
+  std::vector<T> m(static_cast<std::size_t>(bt)), l(static_cast<std::size_t>(bt));
+
+  for (index_t i0 = 0; i0 < p.nq; i0 += bt) {
+    const index_t i1 = std::min(p.nq, i0 + bt);
+    const index_t bq = i1 - i0;
+    acc.topRows(bq).setZero();
+    std::fill(m.begin(), m.end(), neg_inf);
+    std::fill(l.begin(), l.end(), T(0));
+
+    position_t q_max = std::numeric_limits<position_t>::min();
+    if (p.causal) {
+      for (index_t i = i0; i < i1; ++i) q_max = std::max(q_max, p.q_positions[i]);
+    }
+
+    for (index_t j0 = 0; j0 < p.nk; j0 += bt) {
+      const index_t j1 = std::min(p.nk, j0 + bt);
+      const index_t bk = j1 - j0;
+      if (p.causal) {  // skip a tile whose every key lies after every query of this tile
+        position_t k_min = std::numeric_limits<position_t>::max();
+        for (index_t j = j0; j < j1; ++j) k_min = std::min(k_min, p.k_positions[j]);
+        if (k_min > q_max) continue;
+      }
+      auto S = s_tile.topLeftCorner(bq, bk);
+      logits(i0, i1, j0, j1, S);
+
+      for (index_t i = 0; i < bq; ++i) {
+        const position_t s = p.q_positions[i0 + i];
+        T row_max = neg_inf;
+        for (index_t j = 0; j < bk; ++j) {
+          if (p.causal && p.k_positions[j0 + j] > s) S(i, j) = neg_inf;
+          row_max = std::max(row_max, S(i, j));
+        }
+        const T m_new = std::max(m[i], row_max);
+        if (m_new == neg_inf) {  // nothing visible yet in this row
+          S.row(i).setZero();
+          continue;
+        }
+        const T alpha = std::exp(m[i] - m_new);  // 0 when m[i] = −∞
+        T sum = 0;
+        for (index_t j = 0; j < bk; ++j) {
+          const T e = std::exp(S(i, j) - m_new);  // masked: e^{−∞} = 0
+          S(i, j) = e;
+          sum += e;
+        }
+        l[i] = alpha * l[i] + sum;
+        m[i] = m_new;
+        acc.row(i) *= alpha;
+        if constexpr (!std::is_same_v<Reweight, no_reweighting>) {
+          for (index_t j = 0; j < bk; ++j) {
+            if (S(i, j) != T(0)) S(i, j) *= static_cast<T>(lrpe::detail::reweight_at(c, s, p.k_positions[j0 + j]));
+          }
+        }
+      }
+
+      const Eigen::Map<const tile_t, 0, Eigen::OuterStride<>> v_tile(p.v.row(j0), bk, dv,
+                                                                     Eigen::OuterStride<>(p.v.row_stride));
+      acc.topRows(bq).noalias() += S * v_tile;
+
+      if constexpr (!std::is_same_v<ValueTerm, no_value_term>) {
+        for (index_t i = 0; i < bq; ++i) {
+          const position_t s = p.q_positions[i0 + i];
+          for (index_t j = 0; j < bk; ++j) {
+            if (S(i, j) != T(0)) value(s, p.k_positions[j0 + j], S(i, j), acc.row(i).data());
+          }
+        }
+      }
+    }
+
+    for (index_t i = 0; i < bq; ++i) {
+      T* o = p.out.row(i0 + i);
+      if (l[i] > T(0)) {
+        const T inv = T(1) / l[i];
+        for (index_t j = 0; j < dv; ++j) o[j] = acc(i, j) * inv;
+      } else {
+        for (index_t j = 0; j < dv; ++j) o[j] = T(0);
+      }
+    }
+  }
+}
+
+}  // namespace backend
+}  // namespace v0
+}  // namespace lrpe
