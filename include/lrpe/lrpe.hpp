@@ -32,3 +32,4 @@
 
 #include <lrpe/check/check.hpp>
 #include <lrpe/attention/attention.hpp>
+#include <lrpe/canonical/canonical.hpp>

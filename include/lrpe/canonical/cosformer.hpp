@@ -1,0 +1,90 @@
+/**
+ * @file cosformer.hpp
+ * cosFormer's cos re-weighting (Qin et al. 2022; OpenNLPLab/cosFormer):
+ * f_rel(q_s, k_t) = (q_s·k_t)·cos(π(t − s)/(2M)) with a fixed M.
+ *
+ * - canonical: m = 1: (q, cos(π(t−s)/(2M))·I, k);
+ * - linearizable: φ(x, i) = [x sin a_i, x cos a_i], a_i = π i/(2M) (the same map for queries and
+ *   keys), since sin a_s sin a_t + cos a_s cos a_t = cos(a_s − a_t).
+ *
+ * The ReLU feature map of cosFormer belongs to linear attention (it is applied to q and k
+ * before this encoding). The reference sets M to the current length (max(src_len, tgt_len)),
+ * which changes every weight when the length changes; here M is a fixed parameter, as
+ * streaming needs. The weight is a re-weighting for |t − s| ≤ M and changes sign beyond.
+ */
+#pragma once
+
+#include <lrpe/canonical/canonical_form.hpp>
+#include <lrpe/canonical/detail/common.hpp>
+#include <lrpe/canonical/linearizable.hpp>
+
+#include <cmath>
+#include <numbers>
+
+namespace lrpe {
+inline namespace v0 {
+namespace canonical {
+
+template <real_scalar T>
+class cosformer {
+ public:
+  using scalar = T;
+  static constexpr bool is_linearizable = true;
+
+  /**
+   * @param d width of q and k.
+   * @param m the length parameter M (> 0, finite).
+   * @throws shape_error (d < 1), parameter_error (M ≤ 0), domain_error (M not finite).
+   */
+  cosformer(index_t d, double m) : d_(d), m_(m) {
+    constexpr const char* where = "lrpe::canonical::cosformer";
+    lrpe::detail::require_shape(d >= 1, where, "d", "must be >= 1", d);
+    detail_::require_finite_value(m, where, "M");
+    lrpe::detail::require_parameter(m > 0, where, "M", "must be > 0", m);
+  }
+
+  [[nodiscard]] index_t dim() const noexcept { return d_; }
+  [[nodiscard]] double length() const noexcept { return m_; }
+
+  /// The angle a_i = π i / (2M) of position i, in double.
+  [[nodiscard]] double angle(position_t i) const noexcept {
+    return std::numbers::pi * static_cast<double>(i) / (2.0 * m_);
+  }
+  /// The Toeplitz weight cos(π δ/(2M)) of the offset δ = t − s.
+  [[nodiscard]] double weight(position_t delta) const noexcept { return std::cos(angle(delta)); }
+
+  /// Direct formula (q·k)·cos(π(t − s)/(2M)).
+  [[nodiscard]] double score(const T* q, position_t s, const T* k, position_t t) const noexcept {
+    return detail_::dot(q, k, d_) * weight(t - s);
+  }
+
+  [[nodiscard]] auto canonical() const {
+    auto w = [v = *this](position_t delta) { return v.weight(delta); };
+    return canonical_form(term(identity_map<T>(d_), scalar_op<T, decltype(w)>(d_, w), identity_map<T>(d_)));
+  }
+
+  /// 2d: [x sin a_i, x cos a_i].
+  [[nodiscard]] index_t feature_dim() const noexcept { return 2 * d_; }
+  /// φ(x, i) = [x sin a_i, x cos a_i] (the same for queries and keys).
+  void features(side, const T* x, position_t position, T* out) const noexcept {
+    const double a = angle(position);
+    const auto sn = static_cast<T>(std::sin(a)), cs = static_cast<T>(std::cos(a));
+    for (index_t j = 0; j < d_; ++j) {
+      out[j] = x[j] * sn;
+      out[d_ + j] = x[j] * cs;
+    }
+  }
+  /// The same features in the `lrpe::encoder` signature, so that attention's linear path
+  /// (`feature_encoding`) takes a cosformer directly.
+  void encode_features(position_t position, const T* x, T* out) const noexcept {
+    features(side::query, x, position, out);
+  }
+
+ private:
+  index_t d_;
+  double m_;
+};
+
+}  // namespace canonical
+}  // namespace v0
+}  // namespace lrpe

@@ -1,0 +1,69 @@
+/**
+ * @file common.hpp
+ * Internal helpers of lrpe/canonical (not part of the public API): parameter validation of
+ * tables, double-accumulated dot products, shared immutable multi-head storage.
+ */
+#pragma once
+
+#include <lrpe/core/error.hpp>
+#include <lrpe/core/traits.hpp>
+#include <lrpe/detail/validate.hpp>
+
+#include <cmath>
+#include <memory>
+
+namespace lrpe {
+inline namespace v0 {
+namespace canonical {
+namespace detail_ {
+
+/// Throws `domain_error` naming the first non-finite entry (row, col) of `m`.
+template <class M>
+void require_finite_table(const M& m, const char* where, const char* arg) {
+  for (index_t i = 0; i < m.rows(); ++i)
+    for (index_t j = 0; j < m.cols(); ++j)
+      if (!std::isfinite(static_cast<double>(m(i, j))))
+        throw domain_error(lrpe::detail::concat(where, ": argument '", arg, "' must be finite; got ", m(i, j),
+                                                " at (", i, ", ", j, ")"));
+}
+
+/// Throws `domain_error` unless x is finite.
+inline void require_finite_value(double x, const char* where, const char* arg) {
+  if (!std::isfinite(x)) throw domain_error(lrpe::detail::concat(where, ": argument '", arg, "' must be finite; got ", x));
+}
+
+/// Throws `shape_error` unless m is rows×cols.
+template <class M>
+void require_table_shape(const M& m, index_t rows, index_t cols, const char* where, const char* arg) {
+  lrpe::detail::require_shape(m.rows() == rows && m.cols() == cols, where, arg,
+                              lrpe::detail::concat("must be ", rows, "x", cols),
+                              lrpe::detail::concat(m.rows(), "x", m.cols()));
+}
+
+/// Σ a_i b_i accumulated in double.
+template <class T>
+[[nodiscard]] double dot(const T* a, const T* b, index_t n) noexcept {
+  double acc = 0;
+  for (index_t i = 0; i < n; ++i) acc += static_cast<double>(a[i]) * static_cast<double>(b[i]);
+  return acc;
+}
+
+/// Immutable parameters shared by all heads' views (copying a variant is O(1)).
+template <class M>
+using shared_table = std::shared_ptr<const M>;
+
+template <class M>
+shared_table<M> share(M m) {
+  return std::make_shared<const M>(std::move(m));
+}
+
+/// Throws `shape_error` unless 0 <= h < heads.
+inline void require_head(index_t h, index_t heads, const char* where) {
+  lrpe::detail::require_shape(h >= 0 && h < heads, where, "head",
+                              lrpe::detail::concat("must be in [0, heads = ", heads, ")"), h);
+}
+
+}  // namespace detail_
+}  // namespace canonical
+}  // namespace v0
+}  // namespace lrpe

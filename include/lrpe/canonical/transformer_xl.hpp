@@ -1,0 +1,177 @@
+/**
+ * @file transformer_xl.hpp
+ * Transformer-XL relative attention (Dai et al. 2019; kimiyoung/transformer-xl
+ * `RelPartialLearnableMultiHeadAttn`):
+ *
+ *     f_rel(q_s, k_t) = (q_s + u)·k_t + (q_s + v)·(W_R R_{s−t}),   scaled by 1/√d
+ *
+ * with R_δ = [sin(δ ω_0..ω_{D/2−1}), cos(δ ω_0..ω_{D/2−1})] (halves, not interleaved),
+ * ω_k = 10000^(−2k/D), D = d_model, and W_R the head's rows of `r_net` (d × D). The distance
+ * s − t (query − key) is computed directly; the reference's "rel_shift" reshape, which leaves
+ * garbage above the diagonal j > i + mlen, is not used, so any positions (future keys, packed
+ * rows) are valid.
+ *
+ * - canonical: m = 2: (q + u, I, k) and (q + v, W_R R_{s−t} as a d×1 column, 1);
+ * - linearizable, exactly: with a = W_Rᵀ(q + v) split into halves (a_sin, a_cos),
+ *   a·R_{s−t} = Σ_k cos(tω_k)(a_sin,k sin sω_k + a_cos,k cos sω_k)
+ *             + sin(tω_k)(a_cos,k sin sω_k − a_sin,k cos sω_k),
+ *   so φ_q(q, s) = [q + u, a_sin∘sin sω + a_cos∘cos sω, a_cos∘sin sω − a_sin∘cos sω] and
+ *   φ_k(k, t) = [k, cos tω, sin tω] (width d + D, bounded at every position).
+ *
+ * Layout: u and v are heads × d (r_w_bias, r_r_bias); W_R is (heads·d) × D, `r_net.weight` as
+ * PyTorch stores it (out × in): row h·d + i is output feature i of head h.
+ */
+#pragma once
+
+#include <lrpe/canonical/canonical_form.hpp>
+#include <lrpe/canonical/detail/common.hpp>
+#include <lrpe/canonical/linearizable.hpp>
+
+#include <cmath>
+
+namespace lrpe {
+inline namespace v0 {
+namespace canonical {
+
+template <real_scalar T>
+class transformer_xl {
+ public:
+  using scalar = T;
+  static constexpr bool is_linearizable = true;
+
+  /**
+   * @param d    head width.
+   * @param u, v global content and position biases, heads × d.
+   * @param w_r  the position projection, (heads·d) × D, D = d_model even ≥ 2.
+   * @param base the sinusoid base (10000).
+   * @throws shape_error (sizes, odd D), parameter_error (base ≤ 1), domain_error (non-finite).
+   */
+  transformer_xl(index_t d, row_matrix<T> u, row_matrix<T> v, row_matrix<T> w_r, double base = 10000.0) : d_(d) {
+    constexpr const char* where = "lrpe::canonical::transformer_xl";
+    lrpe::detail::require_shape(d >= 1, where, "d", "must be >= 1", d);
+    lrpe::detail::require_shape(u.rows() >= 1, where, "u.rows()", "must be >= 1 (one row per head)", u.rows());
+    const index_t heads = u.rows();
+    detail_::require_table_shape(u, heads, d, where, "u");
+    detail_::require_table_shape(v, heads, d, where, "v");
+    lrpe::detail::require_shape(w_r.cols() >= 2 && w_r.cols() % 2 == 0, where, "w_r.cols()",
+                                "must be an even d_model >= 2", w_r.cols());
+    detail_::require_table_shape(w_r, heads * d, w_r.cols(), where, "w_r");
+    detail_::require_finite_table(u, where, "u");
+    detail_::require_finite_table(v, where, "v");
+    detail_::require_finite_table(w_r, where, "w_r");
+    detail_::require_finite_value(base, where, "base");
+    lrpe::detail::require_parameter(base > 1.0, where, "base", "must be > 1", base);
+    const index_t half = w_r.cols() / 2;
+    dense_vector<double> inv(half);
+    for (index_t k = 0; k < half; ++k)
+      inv[k] = std::pow(base, -2.0 * static_cast<double>(k) / static_cast<double>(w_r.cols()));
+    p_ = detail_::share(params{std::move(u), std::move(v), std::move(w_r), std::move(inv)});
+  }
+
+  [[nodiscard]] index_t dim() const noexcept { return d_; }
+  [[nodiscard]] index_t heads() const noexcept { return p_->u.rows(); }
+  [[nodiscard]] index_t head_index() const noexcept { return h_; }
+  /// D = d_model, the width of R.
+  [[nodiscard]] index_t model_dim() const noexcept { return p_->w_r.cols(); }
+  [[nodiscard]] const dense_vector<double>& inv_freq() const noexcept { return p_->inv_freq; }
+  [[nodiscard]] const T* u() const noexcept { return p_->u.row(h_).data(); }
+  [[nodiscard]] const T* v() const noexcept { return p_->v.row(h_).data(); }
+  /// This head's W_R (d × D).
+  [[nodiscard]] auto w_r() const noexcept { return p_->w_r.middleRows(h_ * d_, d_); }
+  [[nodiscard]] transformer_xl head(index_t h) const {
+    detail_::require_head(h, heads(), "lrpe::canonical::transformer_xl::head");
+    transformer_xl x = *this;
+    x.h_ = h;
+    return x;
+  }
+
+  /// R_δ = [sin(δω), cos(δω)] (D entries, double) for the distance δ = s − t.
+  void sinusoid(position_t distance, double* out) const noexcept {
+    const index_t half = model_dim() / 2;
+    for (index_t k = 0; k < half; ++k) {
+      const double a = static_cast<double>(distance) * p_->inv_freq[k];
+      out[k] = std::sin(a);
+      out[half + k] = std::cos(a);
+    }
+  }
+  /// r = W_R R_{s−t} (d entries) for the offset δ = t − s.
+  void position_vector(position_t delta, T* out) const {
+    const index_t dm = model_dim();
+    lrpe::detail::small_buffer<double> r(dm);
+    sinusoid(-delta, r.data());
+    const auto w = w_r();
+    for (index_t i = 0; i < d_; ++i) {
+      double acc = 0;
+      for (index_t j = 0; j < dm; ++j) acc += static_cast<double>(w(i, j)) * r[j];
+      out[i] = static_cast<T>(acc);
+    }
+  }
+
+  /// Direct formula (q + u)·k + (q + v)·(W_R R_{s−t}), unscaled.
+  [[nodiscard]] double score(const T* q, position_t s, const T* k, position_t t) const {
+    lrpe::detail::small_buffer<T> r(d_);
+    position_vector(t - s, r.data());
+    const T* uu = u();
+    const T* vv = v();
+    double acc = 0;
+    for (index_t i = 0; i < d_; ++i)
+      acc += (static_cast<double>(q[i]) + uu[i]) * k[i] + (static_cast<double>(q[i]) + vv[i]) * r[i];
+    return acc;
+  }
+  /// 1/√d, applied to both terms.
+  [[nodiscard]] static double default_scale(index_t d) noexcept { return 1.0 / std::sqrt(static_cast<double>(d)); }
+
+  [[nodiscard]] auto canonical() const {
+    auto column = [x = *this](position_t delta, T* a) { x.position_vector(delta, a); };
+    return canonical_form(
+        term(shift_map<T>(p_->u.row(h_).transpose()), identity_op<T>(d_), identity_map<T>(d_)),
+        term(shift_map<T>(p_->v.row(h_).transpose()), column_op<T, decltype(column)>(d_, column), one_map<T>(d_)));
+  }
+
+  /// d + D.
+  [[nodiscard]] index_t feature_dim() const noexcept { return d_ + model_dim(); }
+  /// φ_q(x, s) = [x + u, a_sin∘sin sω + a_cos∘cos sω, a_cos∘sin sω − a_sin∘cos sω], a = W_Rᵀ(x + v);
+  /// φ_k(x, t) = [x, cos tω, sin tω].
+  void features(side which, const T* x, position_t position, T* out) const {
+    const index_t half = model_dim() / 2;
+    const auto& inv = p_->inv_freq;
+    if (which == side::key) {
+      for (index_t i = 0; i < d_; ++i) out[i] = x[i];
+      for (index_t k = 0; k < half; ++k) {
+        const double a = static_cast<double>(position) * inv[k];
+        out[d_ + k] = static_cast<T>(std::cos(a));
+        out[d_ + half + k] = static_cast<T>(std::sin(a));
+      }
+      return;
+    }
+    const T* uu = u();
+    const T* vv = v();
+    for (index_t i = 0; i < d_; ++i) out[i] = x[i] + uu[i];
+    const auto w = w_r();
+    for (index_t k = 0; k < half; ++k) {
+      double a_sin = 0, a_cos = 0;
+      for (index_t i = 0; i < d_; ++i) {
+        const double qv = static_cast<double>(x[i]) + vv[i];
+        a_sin += static_cast<double>(w(i, k)) * qv;
+        a_cos += static_cast<double>(w(i, half + k)) * qv;
+      }
+      const double ang = static_cast<double>(position) * inv[k];
+      const double sn = std::sin(ang), cs = std::cos(ang);
+      out[d_ + k] = static_cast<T>(a_sin * sn + a_cos * cs);
+      out[d_ + half + k] = static_cast<T>(a_cos * sn - a_sin * cs);
+    }
+  }
+
+ private:
+  struct params {
+    row_matrix<T> u, v, w_r;
+    dense_vector<double> inv_freq;
+  };
+  index_t d_;
+  detail_::shared_table<params> p_;
+  index_t h_ = 0;
+};
+
+}  // namespace canonical
+}  // namespace v0
+}  // namespace lrpe
