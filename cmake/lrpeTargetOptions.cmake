@@ -36,6 +36,12 @@ function(lrpe_add_native target)
     target_compile_options(${target} PRIVATE
       "$<$<COMPILE_LANGUAGE:CXX>:-march=native>"
       "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-march=native>")
+    # GCC 12's AVX-512 intrinsic headers trigger hundreds of false -W(maybe-)uninitialized
+    # warnings about `__Y` once Eigen/xsimd use AVX-512 (GCC PR 105593, fixed in GCC 13).
+    if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
+      target_compile_options(${target} PRIVATE
+        "$<$<COMPILE_LANGUAGE:CXX>:-Wno-uninitialized;-Wno-maybe-uninitialized>")
+    endif()
   endif()
 endfunction()
 
