@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Configure, build and test lrpe with a CMake preset (default: dev = RelWithDebInfo, all
+# tests and examples). Usage: scripts/test.sh [dev|asan|release] [extra ctest args...]
+#   scripts/test.sh                  # the README test command
+#   scripts/test.sh asan             # ASan + UBSan
+#   scripts/test.sh dev -R encoder   # only tests matching 'encoder'
+# Parallelism: $LRPE_JOBS (default: number of CPUs) for both the build and ctest.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+preset="${1:-dev}"
+shift $(( $# > 0 ? 1 : 0 ))
+jobs="${LRPE_JOBS:-$(nproc 2>/dev/null || echo 2)}"
+
+scripts/install-deps.sh
+
+echo "== lrpe: preset ${preset}, ${jobs} jobs"
+cmake --preset "${preset}"
+cmake --build --preset "${preset}" --parallel "${jobs}"
+ctest --preset "${preset}" --parallel "${jobs}" "$@"
