@@ -61,6 +61,8 @@ template <class T> mat P(const lrpe::p::dct<T>& p) {
   return m;
 }
 
+template <class S> mat P(const lrpe::p::dense<S>& p) { return p.matrix().template cast<cld>(); }  // the definition
+
 // ---- Λ ----
 template <class T> mat Lambda(const lrpe::lambda::identity<T>& l, lrpe::position_t) { return mat::Identity(l.dim(), l.dim()); }
 template <class T> mat Lambda(const lrpe::lambda::rotation<T>& l, lrpe::position_t s) {

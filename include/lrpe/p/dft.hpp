@@ -46,8 +46,10 @@ class dft {
 
   /// @throws shape_error if d < 1.
   explicit dft(index_t d, dft_method method = dft_method::automatic)
-      : d_(d), use_fft_(method == dft_method::fft ||
-                        (method == dft_method::automatic && d > dense_limit)) {
+      : d_(d), use_fft_(d > 1 && (method == dft_method::fft ||
+                                  (method == dft_method::automatic && d > dense_limit))) {
+    // d = 1 always takes the dense path: Eigen 3.4's kissfft factorises 1 as a radix-1 stage
+    // and crashes in its generic butterfly.
     detail::require_dim(d, "lrpe::p::dft");
     if (!use_fft_) {
       f_.resize(static_cast<std::size_t>(d * d));

@@ -1,0 +1,225 @@
+// Policy-level tests: each P and Λ against its textbook definition, parameters and generators,
+// and every error path of the foundation (type and message).
+#include "reference.hpp"
+
+#include <doctest/doctest.h>
+
+#include <limits>
+#include <string>
+
+using lrpe::index_t;
+using lrpe::position_t;
+
+TEST_CASE("generator: xoshiro256** seeded by splitmix64 reproduces an independent implementation") {
+  // Values from an independent Python implementation of the documented algorithm.
+  lrpe::generator g(42);
+  CHECK(g.next() == 0x15780b2e0c2ec716ULL);
+  CHECK(g.next() == 0x6104d9866d113a7eULL);
+  CHECK(g.next() == 0xae17533239e499a1ULL);
+  const auto p = lrpe::generator(7).permutation(8);
+  CHECK(p == std::vector<index_t>{1, 3, 7, 5, 4, 0, 6, 2});
+  // uniform01 in [0, 1), normal has roughly unit variance.
+  lrpe::generator h(1);
+  double sum = 0, sum2 = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const double u = h.uniform01();
+    REQUIRE((u >= 0 && u < 1));
+    const double z = h.normal();
+    sum += z;
+    sum2 += z * z;
+  }
+  CHECK(std::abs(sum / 20000) < 0.05);
+  CHECK(std::abs(sum2 / 20000 - 1) < 0.05);
+}
+
+TEST_CASE_TEMPLATE("P policies apply and apply_adjoint match their textbook matrices", T, float, double) {
+  const long double eps = 64 * std::numeric_limits<T>::epsilon();
+  for (index_t d : {1, 2, 5, 16, 33, 64, 100}) {
+    CAPTURE(d);
+    const auto x = ref::random_rows<T>(1, d, 11 + std::uint64_t(d));
+    auto check_p = [&](const auto& p) {
+      using P = std::decay_t<decltype(p)>;
+      using O = typename P::output_type;
+      const ref::mat pm = ref::P(p);
+      std::vector<O> y(static_cast<std::size_t>(d)), back(static_cast<std::size_t>(d));
+      p.apply(x.data(), y.data());
+      const Eigen::Matrix<ref::cld, Eigen::Dynamic, 1> expect = pm * x.row(0).transpose().template cast<ref::cld>();
+      for (index_t i = 0; i < d; ++i) CHECK(std::abs(ref::cld(y[std::size_t(i)]) - expect(i)) <= eps * d);
+      p.apply_adjoint(y.data(), back.data());  // Pᴴ P x = x
+      for (index_t i = 0; i < d; ++i) CHECK(std::abs(ref::cld(back[std::size_t(i)]) - ref::cld(x(0, i))) <= eps * d);
+      CHECK(ref::max_abs_diff(p.matrix(), pm) <= eps * d);
+    };
+    check_p(lrpe::p::identity<T>(d));
+    check_p(lrpe::p::householder<T>::seeded(d, 3));
+    check_p(lrpe::p::permutation<T>::seeded(d, 4));
+    check_p(lrpe::p::odd_even<T>(d));
+    check_p(lrpe::p::dct<T>(d));
+    check_p(lrpe::p::dft<T>(d, lrpe::p::dft_method::dense));
+    check_p(lrpe::p::dft<T>(d, lrpe::p::dft_method::fft));
+    check_p(lrpe::p::dense<T>(lrpe::p::householder<T>::seeded(d, 5).matrix()));
+    check_p(lrpe::p::dense<std::complex<T>>(lrpe::p::dft<T>(d).matrix()));
+  }
+}
+
+TEST_CASE("odd_even interleaves the halves (REFERENCE.md: out[2k] = x[k], out[2k+1] = x[h+k])") {
+  CHECK(lrpe::p::odd_even_indices(6) == std::vector<index_t>{0, 3, 1, 4, 2, 5});
+  CHECK(lrpe::p::odd_even_indices(5) == std::vector<index_t>{0, 3, 1, 4, 2});
+  CHECK(lrpe::p::odd_even_indices(1) == std::vector<index_t>{0});
+}
+
+TEST_CASE("Householder normalises v, is seeded reproducibly, and is an involution") {
+  const std::vector<double> v{3, 0, 4};
+  const lrpe::p::householder<double> h(v);
+  CHECK(h.vector()[0] == doctest::Approx(0.6));
+  CHECK(h.vector()[2] == doctest::Approx(0.8));
+  const auto a = lrpe::p::householder<float>::seeded(64, 7);
+  const auto b = lrpe::p::householder<float>::seeded(64, 7);
+  const auto c = lrpe::p::householder<float>::seeded(64, 8);
+  CHECK(std::equal(a.vector().begin(), a.vector().end(), b.vector().begin()));
+  CHECK(!std::equal(a.vector().begin(), a.vector().end(), c.vector().begin()));
+  const auto m = h.matrix();
+  CHECK((m * m - Eigen::MatrixXd::Identity(3, 3)).cwiseAbs().maxCoeff() < 1e-15);
+}
+
+TEST_CASE("frequency schedules reproduce the published values") {
+  // REFERENCE.md: e = 8, L = 16.
+  const auto b = lrpe::freq::theta_b(8, 16);
+  const auto c = lrpe::freq::theta_c(8, 16);
+  const double b_expect[] = {0.0245437, 0.0490874, 0.0736311, 0.0981748};
+  const double c_expect[] = {0.0981748, 0.0490874, 0.0327249, 0.0245437};
+  for (int k = 0; k < 4; ++k) {
+    CHECK(b[std::size_t(k)] == doctest::Approx(b_expect[k]).epsilon(1e-6));
+    CHECK(c[std::size_t(k)] == doctest::Approx(c_expect[k]).epsilon(1e-6));
+  }
+  const auto a = lrpe::freq::theta_a(8);
+  CHECK(a[0] == 1.0);
+  CHECK(a[1] == doctest::Approx(0.1));
+  CHECK(a[3] == doctest::Approx(0.001));
+  const auto cp = lrpe::freq::complex_phase(4);  // 10000^(-2j/4), j = 0..3
+  CHECK(cp.size() == 4);
+  CHECK(cp[1] == doctest::Approx(0.01));
+  // High-frequency part of a width-64 schedule for 8 pairs: θ_k = 10000^(-2k/64).
+  const auto hf = lrpe::freq::rope(8, 10000, 64);
+  CHECK(hf[7] == doctest::Approx(std::pow(10000.0, -14.0 / 64)));
+}
+
+TEST_CASE_TEMPLATE("partial rotation leaves the tail untouched; split-half pairs (k, k + e/2)", T, float, double) {
+  const lrpe::rope_neox<T> neox(10, 10000, 4);  // rotate 4 of 10 features
+  const lrpe::rope_gptj<T> gptj(10, 10000, 4);
+  const auto x = ref::random_rows<T>(1, 10, 3);
+  for (const auto* enc : {static_cast<const lrpe::encoder<lrpe::p::identity<T>, lrpe::lambda::rotation<T>>*>(&neox),
+                          static_cast<const lrpe::encoder<lrpe::p::identity<T>, lrpe::lambda::rotation<T>>*>(&gptj)}) {
+    const auto y = enc->encode(x, 123);
+    for (index_t i = 4; i < 10; ++i) CHECK(y(0, i) == x(0, i));
+  }
+  // NeoX with e = 4: pairs (0, 2) at θ_0 = 1 and (1, 3) at θ_1 = 10000^(-1/2).
+  const auto y = neox.encode(x, 5);
+  const long double c = std::cos(5.0L), s = std::sin(5.0L);
+  CHECK(std::abs(y(0, 0) - (x(0, 0) * c - x(0, 2) * s)) < 1e-6L);
+  CHECK(std::abs(y(0, 2) - (x(0, 2) * c + x(0, 0) * s)) < 1e-6L);
+}
+
+// ---- a user-written Λ: works with encoder and check, and check catches a broken one ----
+namespace {
+template <class T>
+struct quadratic_rotation {  // angle s²·θ: unitary, but NOT a relative family
+  using scalar = T;
+  static constexpr bool is_complex = false;
+  lrpe::index_t dim() const { return 2; }
+  template <class V>
+  void apply(lrpe::position_t s, const V* x, V* y) const {
+    const double a = 0.01 * double(s) * double(s);
+    y[0] = x[0] * T(std::cos(a)) - x[1] * T(std::sin(a));
+    y[1] = x[1] * T(std::cos(a)) + x[0] * T(std::sin(a));
+  }
+  lrpe::dense_matrix<T> matrix(lrpe::position_t s) const {
+    const double a = 0.01 * double(s) * double(s);
+    lrpe::dense_matrix<T> m = lrpe::dense_matrix<T>::Zero(2, 2);
+    m(0, 0) = m(1, 1) = T(std::cos(a));
+    m(1, 0) = T(std::sin(a));
+    m(0, 1) = -m(1, 0);
+    return m;
+  }
+};
+}  // namespace
+
+TEST_CASE("lrpe::check reports a non-relative Λ as failed, with where") {
+  static_assert(lrpe::lambda_policy<quadratic_rotation<double>>);
+  const lrpe::encoder<lrpe::p::identity<double>, quadratic_rotation<double>> e{lrpe::p::identity<double>(2), {}};
+  CHECK(lrpe::check::unitarity(e, {0, 3, -100}).passed);  // unitary...
+  const auto rep = lrpe::check::relative(e, 3, 10);        // ...but not relative
+  CHECK_FALSE(rep.passed);
+  CHECK(rep.max_error > 0.1);
+  CHECK(rep.s == 3);
+  CHECK(rep.t == 10);
+  CHECK(rep.to_string().find("FAILED") != std::string::npos);
+  CHECK_FALSE(lrpe::check::shift_invariance(e, 1, 4, 10).passed);
+}
+
+// ---- errors ----
+namespace {
+template <class E, class F>
+void check_throws(F&& f, const char* needle) {
+  try {
+    f();
+    FAIL("expected an exception containing '" << needle << "'");
+  } catch (const E& e) {
+    const std::string msg = e.what();
+    CHECK_MESSAGE(msg.find(needle) != std::string::npos, msg);
+    // Every lrpe exception is also an lrpe::error.
+    CHECK(dynamic_cast<const lrpe::error*>(&e) != nullptr);
+  }
+}
+}  // namespace
+
+TEST_CASE("every foundation error path throws the documented type with a message naming the argument") {
+  using lrpe::domain_error;
+  using lrpe::parameter_error;
+  using lrpe::shape_error;
+  // d = 0
+  check_throws<shape_error>([] { lrpe::p::identity<float>(0); }, "'dim' must be >= 1; got 0");
+  check_throws<shape_error>([] { lrpe::p::dct<float>(0); }, "lrpe::p::dct");
+  check_throws<shape_error>([] { lrpe::p::dft<double>(-3); }, "got -3");
+  check_throws<shape_error>([] { lrpe::type1<float>(0); }, "dim");
+  check_throws<shape_error>([] { lrpe::rope_gptj<float>(1); }, "rotary_dim");
+  // Householder: zero, non-finite, empty
+  check_throws<parameter_error>([] { lrpe::p::householder<float>(std::vector<float>{0, 0, 0}); }, "'v' must be a nonzero vector");
+  check_throws<domain_error>([] { lrpe::p::householder<double>(std::vector<double>{1, std::nan(""), 0}); }, "'v' must be finite");
+  check_throws<domain_error>([] { lrpe::p::householder<double>(std::vector<double>{1, HUGE_VAL}); }, "at index 1");
+  check_throws<shape_error>([] { lrpe::p::householder<double>(std::vector<double>{}); }, "v.size()");
+  // Permutations: not a bijection, out of range
+  check_throws<parameter_error>([] { lrpe::p::permutation<float>(std::vector<index_t>{0, 1, 1}); }, "bijection");
+  check_throws<parameter_error>([] { lrpe::p::permutation<float>(std::vector<index_t>{0, 3, 1}); }, "got 3 at index 1");
+  check_throws<parameter_error>([] { lrpe::lambda::permutation_power<float>(std::vector<index_t>{-1, 0}); }, "permutation of 0..1");
+  // Dense P: not square, not unitary, not finite
+  check_throws<shape_error>([] { lrpe::p::dense<double>(Eigen::MatrixXd::Identity(3, 2)); }, "must be square; got 3x2");
+  check_throws<parameter_error>([] { lrpe::p::dense<double>(2 * Eigen::MatrixXd::Identity(3, 3)); }, "must be unitary");
+  check_throws<domain_error>([] {
+    Eigen::MatrixXd m = Eigen::MatrixXd::Identity(2, 2);
+    m(0, 1) = std::nan("");
+    lrpe::p::dense<double>{m};
+  }, "finite");
+  // Rotation: width, odd, frequencies
+  check_throws<shape_error>([] { lrpe::lambda::rotation<float>(4, std::vector<double>{1, 2, 3}); }, "theta.size()");
+  check_throws<shape_error>([] { lrpe::lambda::rotation<float>(4, std::vector<double>{}); }, "theta.size()");
+  check_throws<domain_error>([] { lrpe::lambda::rotation<float>(4, std::vector<double>{1, INFINITY}); }, "'theta' must be finite");
+  check_throws<shape_error>([] { lrpe::rope_neox<float>(64, 10000, 7); }, "'rotary_dim' must be even");
+  check_throws<shape_error>([] { lrpe::rope_neox<float>(64, 10000, 66); }, "got 66");
+  check_throws<shape_error>([] { lrpe::freq::theta_a(5); }, "'rotated_dim' must be even");
+  check_throws<parameter_error>([] { lrpe::freq::theta_b(8, 0); }, "'length' must be > 0");
+  check_throws<domain_error>([] { lrpe::freq::theta_c(8, std::nan("")); }, "'length' must be finite");
+  check_throws<parameter_error>([] { lrpe::freq::rope(4, 1.0); }, "'base' must be > 1");
+  check_throws<shape_error>([] { lrpe::freq::rope(0); }, "'pairs' must be >= 1");
+  check_throws<shape_error>([] { lrpe::lambda::complex_phase<float>(4, std::vector<double>(5, 1.0)); }, "theta.size()");
+  // Encoder: mismatched widths and block shapes
+  check_throws<shape_error>([] {
+    lrpe::encoder<lrpe::p::identity<float>, lrpe::lambda::rotation<float>>(lrpe::p::identity<float>(8), lrpe::lambda::rotation<float>(6));
+  }, "'lambda.dim()' must equal p.dim() = 8; got 6");
+  const lrpe::type8<float> e8(8);
+  lrpe::row_matrix<float> x(3, 8), bad_x(3, 7), out(3, 8);
+  check_throws<shape_error>([&] { e8.encode(lrpe::view(std::as_const(bad_x)), 0, lrpe::view(out)); }, "'x.cols' must equal dim() = 8; got 7");
+  check_throws<shape_error>([&] { e8.encode(lrpe::view(std::as_const(x)), 0, lrpe::view(out)); }, "'out.cols' must equal feature_dim() = 16; got 8");
+  const std::vector<position_t> two{1, 2};
+  check_throws<shape_error>([&] { (void)e8.encode(x, two); }, "'positions' must have size 3; got 2");
+  check_throws<shape_error>([&] { (void)e8.encode(bad_x, 0); }, "x.cols");
+}
