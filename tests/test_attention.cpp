@@ -1,0 +1,508 @@
+// Softmax attention: the tiled online-softmax fast path against an independent naive O(n²)
+// reference (long double, dense W_{t−s} from relative_matrix for encoders) for every kind of
+// encoding, causal and not, with offsets and per-row positions, odd n and tiles; stability for
+// logits of ±1e4; fully masked rows; multi-head views; error paths.
+#include <lrpe/lrpe.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <complex>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <vector>
+
+namespace {
+
+using lrpe::index_t;
+using lrpe::position_t;
+template <class T>
+using rm = lrpe::row_matrix<T>;
+using ld = long double;
+
+template <class T>
+rm<T> random_matrix(lrpe::generator& g, index_t r, index_t c, double sigma = 1.0) {
+  rm<T> m(r, c);
+  for (index_t i = 0; i < r; ++i)
+    for (index_t j = 0; j < c; ++j) m(i, j) = static_cast<T>(sigma * g.normal());
+  return m;
+}
+
+template <class T>
+double tolerance() {
+  return std::is_same_v<T, float> ? 2e-4 : 1e-11;
+}
+
+/// max |a − b| / (1 + max |b|).
+template <class T>
+double rel_error(const rm<T>& a, const rm<ld>& b) {
+  REQUIRE(a.rows() == b.rows());
+  REQUIRE(a.cols() == b.cols());
+  ld err = 0, mag = 0;
+  for (index_t i = 0; i < a.rows(); ++i)
+    for (index_t j = 0; j < a.cols(); ++j) {
+      if (!std::isfinite(static_cast<double>(a(i, j)))) return INFINITY;
+      err = std::max(err, std::abs(static_cast<ld>(a(i, j)) - b(i, j)));
+      mag = std::max(mag, std::abs(b(i, j)));
+    }
+  return static_cast<double>(err / (1 + mag));
+}
+
+/**
+ * Naive softmax attention in long double: out_s = Σ_t c(s,t) e^{l(s,t) − m} (v_t + a(s,t)) /
+ * Σ_t e^{l(s,t) − m} over visible t; zero when nothing is visible.
+ */
+template <class T>
+rm<ld> naive_softmax(index_t nq, index_t nk, const rm<T>& v, const std::function<ld(index_t, index_t)>& logit,
+                     const std::function<bool(index_t, index_t)>& visible,
+                     const std::function<ld(index_t, index_t)>& c = nullptr,
+                     const std::function<void(index_t, index_t, ld, ld*)>& value_term = nullptr) {
+  const index_t dv = v.cols();
+  rm<ld> out = rm<ld>::Zero(nq, dv);
+  std::vector<ld> l(static_cast<std::size_t>(nk));
+  for (index_t i = 0; i < nq; ++i) {
+    ld m = -INFINITY;
+    for (index_t j = 0; j < nk; ++j) {
+      l[j] = visible(i, j) ? logit(i, j) : -INFINITY;
+      m = std::max(m, l[j]);
+    }
+    if (m == -INFINITY) continue;
+    ld z = 0;
+    for (index_t j = 0; j < nk; ++j) z += std::exp(l[j] - m);
+    for (index_t j = 0; j < nk; ++j) {
+      if (l[j] == -INFINITY) continue;
+      ld a = std::exp(l[j] - m) / z;
+      if (c) a *= c(i, j);
+      for (index_t e = 0; e < dv; ++e) out(i, e) += a * static_cast<ld>(v(j, e));
+      if (value_term) value_term(i, j, a, out.row(i).data());
+    }
+  }
+  return out;
+}
+
+template <class T>
+ld dot(const rm<T>& a, index_t i, const rm<T>& b, index_t j) {
+  ld s = 0;
+  for (index_t e = 0; e < a.cols(); ++e) s += static_cast<ld>(a(i, e)) * static_cast<ld>(b(j, e));
+  return s;
+}
+
+/// Re(q_sᴴ W_{t−s} k_t) from the dense relative matrix, cached per offset.
+template <class Enc>
+struct dense_scores {
+  const Enc& enc;
+  std::map<position_t, lrpe::dense_matrix<std::complex<ld>>> cache{};
+  template <class T>
+  ld operator()(const T* q, const T* k, position_t offset) {
+    auto it = cache.find(offset);
+    if (it == cache.end()) {
+      it = cache.emplace(offset, enc.relative_matrix(offset).template cast<std::complex<ld>>()).first;
+    }
+    const auto& w = it->second;
+    ld s = 0;
+    for (index_t a = 0; a < w.rows(); ++a)
+      for (index_t b = 0; b < w.cols(); ++b) s += static_cast<ld>(q[a]) * w(a, b).real() * static_cast<ld>(k[b]);
+    return s;
+  }
+};
+
+/// Test-local ALiBi (until canonical/ lands): f_rel = q·k − m·|t − s|.
+template <class T>
+struct test_alibi {
+  using scalar = T;
+  static constexpr bool is_additive = true;
+  index_t d = 0;
+  double slope = 0.25;
+  [[nodiscard]] index_t dim() const { return d; }
+  [[nodiscard]] double bias(position_t s, position_t t) const { return -slope * static_cast<double>(t > s ? t - s : s - t); }
+  [[nodiscard]] double score(const T* q, position_t s, const T* k, position_t t) const {
+    double acc = 0;
+    for (index_t i = 0; i < d; ++i) acc += static_cast<double>(q[i]) * static_cast<double>(k[i]);
+    return acc + bias(s, t);
+  }
+};
+
+/// Test-local additive encoding with its own default scale (like T5: scale 1).
+template <class T>
+struct test_unscaled_bias : test_alibi<T> {
+  [[nodiscard]] static double default_scale(index_t) { return 1.0; }
+};
+
+/// Test-local Shaw et al.: e_st = q·(k + a^K_{clip(t−s)}), o_s = Σ α (v_t + a^V_{clip(t−s)}).
+template <class T>
+struct test_shaw {
+  using scalar = T;
+  static constexpr bool has_value_term = true;
+  index_t d = 0;
+  position_t r = 3;
+  rm<T> ak, av;  // (2r+1) × d
+  test_shaw(lrpe::generator& g, index_t d_, position_t r_) : d(d_), r(r_) {
+    ak = random_matrix<T>(g, 2 * r + 1, d);
+    av = random_matrix<T>(g, 2 * r + 1, d);
+  }
+  [[nodiscard]] index_t clip(position_t s, position_t t) const { return static_cast<index_t>(std::clamp(t - s, -r, r) + r); }
+  [[nodiscard]] index_t dim() const { return d; }
+  [[nodiscard]] double score(const T* q, position_t s, const T* k, position_t t) const {
+    double acc = 0;
+    for (index_t i = 0; i < d; ++i) acc += static_cast<double>(q[i]) * (static_cast<double>(k[i]) + ak(clip(s, t), i));
+    return acc;
+  }
+  void add_value_term(position_t s, position_t t, T w, T* out) const {
+    for (index_t i = 0; i < d; ++i) out[i] += w * av(clip(s, t), i);
+  }
+};
+
+static_assert(lrpe::additive_encoding<test_alibi<float>>);
+static_assert(lrpe::value_encoding<test_shaw<double>>);
+static_assert(!lrpe::additive_encoding<test_shaw<double>>);
+static_assert(lrpe::feature_encoding<lrpe::type8<float>>);
+static_assert(!lrpe::is_linearizable_encoding_v<test_alibi<float>>);
+
+/// One random problem: sizes, positions (offset or array), causal flag, tile.
+struct setup {
+  index_t nq, nk, d, dv, tile;
+  bool causal;
+  position_t q_off, k_off;
+  bool arrays;
+  std::vector<position_t> qpos, kpos;
+};
+
+std::vector<setup> setups(std::uint64_t seed) {
+  lrpe::generator g(seed);
+  std::vector<setup> out;
+  const index_t sizes[] = {1, 2, 7, 16, 33};
+  for (index_t n : sizes) {
+    for (int causal = 0; causal < 2; ++causal) {
+      setup s{n, n, 8, 5, 7, causal == 1, 0, 0, false, {}, {}};
+      out.push_back(s);
+      // KV cache: queries at offset n_past over n_past + n keys
+      const index_t past = 1 + static_cast<index_t>(g.below(9));
+      out.push_back(setup{n, n + past, 8, 3, 4, causal == 1, past + 100, 100, false, {}, {}});
+    }
+  }
+  // per-row arrays: packed documents (positions restart), random n not a multiple of the tile
+  for (int rep = 0; rep < 2; ++rep) {
+    const index_t n = 20 + static_cast<index_t>(g.below(30));
+    setup s{n, n, 6, 4, 16, rep == 1, 0, 0, true, {}, {}};
+    position_t p = -5;
+    for (index_t i = 0; i < n; ++i) {
+      if (g.below(8) == 0) p = static_cast<position_t>(g.below(4));
+      s.qpos.push_back(p);
+      s.kpos.push_back(p);
+      ++p;
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+template <class Opt>
+void set_positions(Opt& opt, const setup& s) {
+  if (s.arrays) {
+    opt.q_positions = lrpe::positions(std::span<const position_t>(s.qpos));
+    opt.k_positions = lrpe::positions(std::span<const position_t>(s.kpos));
+  } else {
+    opt.q_positions = s.q_off;
+    opt.k_positions = s.k_off;
+  }
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("softmax: no encoding and additive bias equal the naive reference", T, float, double) {
+  const std::uint64_t seed = 0xA77E'0001;
+  MESSAGE("seed = " << seed);
+  lrpe::generator g(seed);
+  for (const setup& s : setups(seed)) {
+    CAPTURE(s.nq);
+    CAPTURE(s.nk);
+    CAPTURE(s.causal);
+    CAPTURE(s.arrays);
+    const rm<T> q = random_matrix<T>(g, s.nq, s.d), k = random_matrix<T>(g, s.nk, s.d), v = random_matrix<T>(g, s.nk, s.dv);
+    lrpe::softmax_options<> opt;
+    opt.causal = s.causal;
+    opt.tile = s.tile;
+    set_positions(opt, s);
+    auto visible = [&](index_t i, index_t j) { return !s.causal || opt.k_positions[j] <= opt.q_positions[i]; };
+    const ld scale = 1.0L / std::sqrt(static_cast<ld>(s.d));
+
+    rm<T> out(s.nq, s.dv);
+    lrpe::softmax_attention(q, k, v, out, lrpe::no_encoding{}, opt);
+    auto ref = naive_softmax<T>(s.nq, s.nk, v, [&](index_t i, index_t j) { return scale * dot(q, i, k, j); }, visible);
+    CHECK(rel_error(out, ref) <= tolerance<T>());
+
+    const test_alibi<T> alibi{s.d, 0.375};
+    lrpe::softmax_attention(q, k, v, out, alibi, opt);
+    ref = naive_softmax<T>(s.nq, s.nk, v, [&](index_t i, index_t j) {
+      return scale * dot(q, i, k, j) - 0.375L * std::abs(static_cast<ld>(opt.k_positions[j] - opt.q_positions[i]));
+    }, visible);
+    CHECK(rel_error(out, ref) <= tolerance<T>());
+
+    // an encoding's default_scale replaces 1/√d; an explicit scale replaces both
+    const test_unscaled_bias<T> unscaled{{s.d, 0.375}};
+    lrpe::softmax_attention(q, k, v, out, unscaled, opt);
+    ref = naive_softmax<T>(s.nq, s.nk, v, [&](index_t i, index_t j) {
+      return dot(q, i, k, j) - 0.375L * std::abs(static_cast<ld>(opt.k_positions[j] - opt.q_positions[i]));
+    }, visible);
+    CHECK(rel_error(out, ref) <= tolerance<T>());
+    auto opt2 = opt;
+    opt2.scale = 0.5;
+    lrpe::softmax_attention(q, k, v, out, unscaled, opt2);
+    ref = naive_softmax<T>(s.nq, s.nk, v, [&](index_t i, index_t j) {
+      return 0.5L * dot(q, i, k, j) - 0.375L * std::abs(static_cast<ld>(opt.k_positions[j] - opt.q_positions[i]));
+    }, visible);
+    CHECK(rel_error(out, ref) <= tolerance<T>());
+  }
+}
+
+namespace {
+template <class T, class Enc>
+void check_encoder_softmax(const Enc& enc, const char* name, std::uint64_t seed) {
+  CAPTURE(name);
+  lrpe::generator g(seed);
+  const index_t d = enc.dim();
+  for (const setup& s0 : setups(seed)) {
+    setup s = s0;
+    if (s.d != d) s.d = d;
+    CAPTURE(s.nq);
+    CAPTURE(s.nk);
+    CAPTURE(s.causal);
+    CAPTURE(s.arrays);
+    const rm<T> q = random_matrix<T>(g, s.nq, d), k = random_matrix<T>(g, s.nk, d), v = random_matrix<T>(g, s.nk, s.dv);
+    lrpe::softmax_options<> opt;
+    opt.causal = s.causal;
+    opt.tile = s.tile;
+    set_positions(opt, s);
+    rm<T> out(s.nq, s.dv);
+    lrpe::softmax_attention(q, k, v, out, enc, opt);
+    dense_scores<Enc> w{enc};
+    const ld scale = 1.0L / std::sqrt(static_cast<ld>(d));
+    const auto ref = naive_softmax<T>(
+        s.nq, s.nk, v,
+        [&](index_t i, index_t j) {
+          return scale * w(q.row(i).data(), k.row(j).data(), opt.k_positions[j] - opt.q_positions[i]);
+        },
+        [&](index_t i, index_t j) { return !s.causal || opt.k_positions[j] <= opt.q_positions[i]; });
+    CHECK(rel_error(out, ref) <= tolerance<T>());
+  }
+}
+
+/// Calls f(encoder, name) for every LRPE preset at width d (as its encoder<P, Λ> base).
+template <class T, class F>
+void for_each_preset(index_t d, F&& f) {
+  auto base = [](const auto& e) -> const auto& {
+    using E = std::remove_cvref_t<decltype(e)>;
+    return static_cast<const lrpe::encoder<typename E::p_type, typename E::lambda_type>&>(e);
+  };
+  f(base(lrpe::type1<T>(d)), "type1");
+  f(base(lrpe::type2<T>(d)), "type2");
+  f(base(lrpe::type3<T>(d)), "type3");
+  f(base(lrpe::type4<T>(d)), "type4");
+  f(base(lrpe::type5<T>(d)), "type5");
+  f(base(lrpe::type6<T>(d)), "type6");
+  f(base(lrpe::type7<T>(d)), "type7");
+  f(base(lrpe::type8<T>(d)), "type8");
+  f(base(lrpe::rope_gptj<T>(d)), "rope_gptj");
+  f(base(lrpe::rope_neox<T>(d)), "rope_neox");
+  f(base(lrpe::permuteformer<T>(d)), "permuteformer");
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("softmax: every LRPE preset equals the naive reference with dense W_{t-s}", T, float, double) {
+  const std::uint64_t seed = 0xA77E'0002;
+  MESSAGE("seed = " << seed);
+  for_each_preset<T>(8, [&](const auto& enc, const char* name) { check_encoder_softmax<T>(enc, name, seed); });
+}
+
+TEST_CASE_TEMPLATE("softmax: Shaw-style generic encoding with value term, and URPE reweighting", T, float, double) {
+  const std::uint64_t seed = 0xA77E'0003;
+  MESSAGE("seed = " << seed);
+  lrpe::generator g(seed);
+  for (const setup& s : setups(seed)) {
+    CAPTURE(s.nq);
+    CAPTURE(s.nk);
+    CAPTURE(s.causal);
+    const test_shaw<T> shaw(g, s.d, 3);
+    const rm<T> q = random_matrix<T>(g, s.nq, s.d), k = random_matrix<T>(g, s.nk, s.d), v = random_matrix<T>(g, s.nk, s.d);
+    auto c = [](position_t qs, position_t kt) { return 1.0 + 0.5 * std::sin(0.7 * static_cast<double>(kt - qs)); };
+    lrpe::softmax_options<decltype(c)> opt{.causal = s.causal, .tile = s.tile, .reweight = c};
+    set_positions(opt, s);
+    const ld scale = 1.0L / std::sqrt(static_cast<ld>(s.d));
+    auto visible = [&](index_t i, index_t j) { return !s.causal || opt.k_positions[j] <= opt.q_positions[i]; };
+    auto logit = [&](index_t i, index_t j) {
+      ld acc = 0;
+      const index_t b = shaw.clip(opt.q_positions[i], opt.k_positions[j]);
+      for (index_t e = 0; e < s.d; ++e) acc += static_cast<ld>(q(i, e)) * (static_cast<ld>(k(j, e)) + static_cast<ld>(shaw.ak(b, e)));
+      return scale * acc;
+    };
+    auto vterm = [&](index_t i, index_t j, ld a, ld* o) {
+      const index_t b = shaw.clip(opt.q_positions[i], opt.k_positions[j]);
+      for (index_t e = 0; e < s.d; ++e) o[e] += a * static_cast<ld>(shaw.av(b, e));
+    };
+    auto cref = [&](index_t i, index_t j) { return static_cast<ld>(c(opt.q_positions[i], opt.k_positions[j])); };
+
+    rm<T> out(s.nq, s.d);
+    lrpe::softmax_attention(q, k, v, out, shaw, opt);
+    CHECK(rel_error(out, naive_softmax<T>(s.nq, s.nk, v, logit, visible, cref, vterm)) <= tolerance<T>());
+
+    // URPE on a plain encoder and on no encoding; a struct with weight(s, t) works too
+    struct toeplitz {
+      double weight(position_t qs, position_t kt) const { return kt == qs ? 2.0 : 0.5; }
+    };
+    lrpe::softmax_options<toeplitz> opt_w{.causal = s.causal, .tile = s.tile};
+    set_positions(opt_w, s);
+    lrpe::softmax_attention(q, k, v, out, lrpe::no_encoding{}, opt_w);
+    CHECK(rel_error(out, naive_softmax<T>(s.nq, s.nk, v, [&](index_t i, index_t j) { return scale * dot(q, i, k, j); }, visible,
+                                          [&](index_t i, index_t j) { return ld(opt.k_positions[j] == opt.q_positions[i] ? 2.0 : 0.5); })) <=
+          tolerance<T>());
+  }
+}
+
+TEST_CASE_TEMPLATE("softmax: logits of +-1e4 stay finite and exact", T, float, double) {
+  const std::uint64_t seed = 0xA77E'0004;
+  MESSAGE("seed = " << seed);
+  lrpe::generator g(seed);
+  const index_t n = 21, d = 4;
+  const rm<T> v = random_matrix<T>(g, n, 3);
+  // ALiBi with slope 1e4: every off-diagonal logit is ≤ −1e4 below the diagonal one, so out = v
+  const rm<T> q = random_matrix<T>(g, n, d), k = random_matrix<T>(g, n, d);
+  rm<T> out(n, 3);
+  for (bool causal : {false, true}) {
+    lrpe::softmax_attention(q, k, v, out, test_alibi<T>{d, 1e4}, lrpe::softmax_options<>{.causal = causal, .tile = 8});
+    CHECK(rel_error(out, rm<ld>(v.template cast<ld>())) <= tolerance<T>());
+  }
+  // content logits of ±1e4: q, k scaled so that scale·q·k ~ 1e4; compare to the long-double reference
+  const rm<T> qb = random_matrix<T>(g, n, d, 100.0), kb = random_matrix<T>(g, n, d, 100.0);
+  for (bool causal : {false, true}) {
+    lrpe::softmax_options<> opt{.causal = causal, .scale = 1.0, .tile = 5};
+    lrpe::softmax_attention(qb, kb, v, out, lrpe::no_encoding{}, opt);
+    CHECK(out.allFinite());
+    const auto ref = naive_softmax<T>(n, n, v, [&](index_t i, index_t j) { return dot(qb, i, kb, j); },
+                                      [&](index_t i, index_t j) { return !causal || j <= i; });
+    // a float logit of 1e4 carries an absolute rounding error ~1e-3, hence the looser bound
+    CHECK(rel_error(out, ref) <= (std::is_same_v<T, float> ? 5e-2 : 1e-9));
+  }
+  // negative logits only (all ≈ −1e4): still a proper softmax
+  lrpe::softmax_attention(q, k, v, out, test_alibi<T>{d, -0.0}, lrpe::softmax_options<>{.scale = 1e-30});
+  CHECK(out.allFinite());
+}
+
+TEST_CASE_TEMPLATE("softmax: fully masked rows are zero; empty inputs", T, float, double) {
+  lrpe::generator g(0xA77E'0005);
+  const index_t n = 6, d = 4;
+  const rm<T> q = random_matrix<T>(g, n, d), k = random_matrix<T>(g, n, d), v = random_matrix<T>(g, n, 2);
+  rm<T> out = rm<T>::Constant(n, 2, T(7));
+  // keys at 3..8, queries at 0..5: queries 0..2 see nothing
+  lrpe::softmax_attention(q, k, v, out, lrpe::no_encoding{}, lrpe::softmax_options<>{.causal = true, .k_positions = 3, .tile = 2});
+  for (index_t i = 0; i < 3; ++i) CHECK(out.row(i).cwiseAbs().maxCoeff() == T(0));
+  for (index_t i = 3; i < n; ++i) CHECK(out.row(i).cwiseAbs().maxCoeff() > T(0));
+  CHECK((out.row(3) - v.row(0)).cwiseAbs().maxCoeff() <= T(1e-6));  // only key 0 visible
+  // n_k = 0: every row masked
+  const rm<T> k0(0, d), v0(0, 2);
+  lrpe::softmax_attention(q, k0, v0, out, lrpe::type1<T>(d));
+  CHECK(out.cwiseAbs().maxCoeff() == T(0));
+  // n_q = 0: a no-op
+  const rm<T> q0(0, d);
+  rm<T> out0(0, 2);
+  lrpe::softmax_attention(q0, k, v, out0, lrpe::no_encoding{});
+  CHECK(out0.size() == 0);
+}
+
+TEST_CASE_TEMPLATE("softmax: strided views and Eigen maps give the contiguous result", T, float, double) {
+  lrpe::generator g(0xA77E'0006);
+  const index_t n = 13, d = 8, dv = 5;
+  const rm<T> big = random_matrix<T>(g, n, 3 * d);  // [Q | K | V-ish] side by side
+  const rm<T> q = big.leftCols(d), k = big.middleCols(d, d), v = big.rightCols(d).leftCols(dv);
+  const lrpe::type5<T> enc(d);
+  rm<T> ref(n, dv), out_big = rm<T>::Zero(n, 2 * dv);
+  lrpe::softmax_attention(q, k, v, ref, enc, lrpe::softmax_options<>{.causal = true});
+  lrpe::matrix_view<const T> qv(big.data(), n, d, 3 * d), kv(big.data() + d, n, d, 3 * d), vv(big.data() + 2 * d, n, dv, 3 * d);
+  lrpe::matrix_view<T> ov(out_big.data() + dv, n, dv, 2 * dv);
+  lrpe::softmax_attention(qv, kv, vv, ov, enc, lrpe::softmax_options<>{.causal = true});
+  CHECK((out_big.rightCols(dv) - ref).cwiseAbs().maxCoeff() == T(0));
+  CHECK(out_big.leftCols(dv).cwiseAbs().maxCoeff() == T(0));  // untouched
+  rm<T> out_map = rm<T>::Zero(n, dv);
+  Eigen::Map<const rm<T>, 0, Eigen::OuterStride<>> qm(big.data(), n, d, Eigen::OuterStride<>(3 * d));
+  lrpe::softmax_attention(qm, k, v, out_map.block(0, 0, n, dv), enc, lrpe::softmax_options<>{.causal = true});
+  CHECK((out_map - ref).cwiseAbs().maxCoeff() == T(0));
+}
+
+TEST_CASE_TEMPLATE("softmax: BNSH and BSNH views equal contiguous per-head calls", T, float, double) {
+  const std::uint64_t seed = 0xA77E'0007;
+  MESSAGE("seed = " << seed);
+  lrpe::generator g(seed);
+  const index_t B = 2, H = 3, N = 11, D = 6;
+  std::vector<T> qb(B * H * N * D), kb(qb.size()), vb(qb.size());
+  for (auto* buf : {&qb, &kb, &vb})
+    for (auto& x : *buf) x = static_cast<T>(g.normal());
+  // per-head encodings (an array) and a shared one
+  const std::vector<lrpe::rope_gptj<T>> encs{lrpe::rope_gptj<T>(D, 10000.0), lrpe::rope_gptj<T>(D, 500.0),
+                                             lrpe::rope_gptj<T>(D, 50.0)};
+  const lrpe::softmax_options<> opt{.causal = true, .q_positions = 4, .k_positions = 4, .tile = 4};
+  for (bool bsnh : {false, true}) {
+    CAPTURE(bsnh);
+    auto make = [&](T* p) { return bsnh ? lrpe::bsnh(p, B, N, H, D) : lrpe::bnsh(p, B, H, N, D); };
+    std::vector<T> ob(qb.size(), T(0));
+    lrpe::softmax_attention(make(qb.data()), make(kb.data()), make(vb.data()), make(ob.data()), encs, opt);
+    std::vector<T> ob_fn(qb.size(), T(0));
+    lrpe::softmax_attention(make(qb.data()), make(kb.data()), make(vb.data()), make(ob_fn.data()),
+                            [&](index_t h) -> const auto& { return encs[static_cast<std::size_t>(h)]; }, opt);
+    CHECK(ob == ob_fn);
+    for (index_t b = 0; b < B; ++b)
+      for (index_t h = 0; h < H; ++h) {
+        rm<T> q(N, D), k(N, D), v(N, D), o(N, D);
+        for (index_t s = 0; s < N; ++s)
+          for (index_t i = 0; i < D; ++i) {
+            const index_t at = bsnh ? ((b * N + s) * H + h) * D + i : ((b * H + h) * N + s) * D + i;
+            q(s, i) = qb[at];
+            k(s, i) = kb[at];
+            v(s, i) = vb[at];
+          }
+        lrpe::softmax_attention(q, k, v, o, encs[static_cast<std::size_t>(h)], opt);
+        for (index_t s = 0; s < N; ++s)
+          for (index_t i = 0; i < D; ++i) {
+            const index_t at = bsnh ? ((b * N + s) * H + h) * D + i : ((b * H + h) * N + s) * D + i;
+            CHECK(ob[at] == o(s, i));
+          }
+      }
+  }
+}
+
+TEST_CASE("softmax: errors name the argument") {
+  using T = double;
+  const rm<T> q = rm<T>::Ones(4, 8), k = rm<T>::Ones(5, 8), v = rm<T>::Ones(5, 3);
+  rm<T> out(4, 3);
+  const lrpe::type1<T> enc(8);
+  CHECK_NOTHROW(lrpe::softmax_attention(q, k, v, out, enc));
+  const rm<T> k6 = rm<T>::Ones(5, 6), v4 = rm<T>::Ones(4, 3);
+  rm<T> out_bad(4, 2), out_rows(3, 3);
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention(q, k6, v, out, enc), doctest::Contains("'k.cols'"), lrpe::shape_error);
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention(q, k, v4, out, enc), doctest::Contains("'v.rows'"), lrpe::shape_error);
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention(q, k, v, out_bad, enc), doctest::Contains("'out.cols'"), lrpe::shape_error);
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention(q, k, v, out_rows, enc), doctest::Contains("'out.rows'"), lrpe::shape_error);
+  const rm<T> q6 = rm<T>::Ones(4, 6);
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention(q6, k6, v, out, enc), doctest::Contains("'encoding.dim()'"), lrpe::shape_error);
+  const std::vector<position_t> three{0, 1, 2};
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention(q, k, v, out, enc, lrpe::softmax_options<>{.q_positions = three}),
+                       doctest::Contains("'options.q_positions'"), lrpe::shape_error);
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention(q, k, v, out, enc, lrpe::softmax_options<>{.tile = 0}),
+                       doctest::Contains("'options.tile'"), lrpe::parameter_error);
+  CHECK_THROWS_AS(lrpe::softmax_attention(q, k, v, out, enc, lrpe::softmax_options<>{.scale = INFINITY}), lrpe::domain_error);
+  lrpe::matrix_view<const T> bad_stride(q.data(), 4, 8, 4);
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention(bad_stride, k, v, out, enc), doctest::Contains("row_stride"), lrpe::shape_error);
+  // value encodings need v.cols == dim()
+  lrpe::generator g(1);
+  const test_shaw<T> shaw(g, 8, 2);
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention(q, k, v, out, shaw), doctest::Contains("'v.cols'"), lrpe::shape_error);
+  // multi-head: mismatched heads
+  std::vector<T> buf(2 * 3 * 4 * 8), obuf(buf.size());
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention(lrpe::bnsh(buf.data(), 2, 3, 4, 8), lrpe::bnsh(buf.data(), 2, 2, 4, 8),
+                                               lrpe::bnsh(buf.data(), 2, 3, 4, 8), lrpe::bnsh(obuf.data(), 2, 3, 4, 8), enc),
+                       doctest::Contains("'k'"), lrpe::shape_error);
+  try {
+    lrpe::softmax_attention(q, k6, v, out, enc);
+  } catch (const lrpe::error& e) {
+    MESSAGE(std::string(e.what()));
+  }
+}
