@@ -1,0 +1,442 @@
+// Canonical form: for every variant, direct formula == canonical form (operators) == canonical
+// form (dense W) == features (linearizable ones) == an independent naive formula written here,
+// on random q, k and positions (negative included), float and double; shift invariance.
+// Every oracle below is written from REFERENCE.md, not from lrpe/canonical.
+#include <doctest/doctest.h>
+
+#include <lrpe/lrpe.hpp>
+
+#include <cmath>
+#include <complex>
+#include <cstdint>
+#include <limits>
+#include <numbers>
+#include <vector>
+
+namespace {
+
+using lrpe::index_t;
+using lrpe::position_t;
+using ld = long double;
+namespace cn = lrpe::canonical;
+
+template <class T>
+using rows_t = lrpe::row_matrix<T>;
+
+// ----------------------------------------------------------------------------- random data
+struct rng {
+  lrpe::generator g;
+  explicit rng(std::uint64_t seed) : g(seed) {}
+  double uniform(double lo, double hi) { return lo + (hi - lo) * g.uniform01(); }
+  position_t integer(position_t lo, position_t hi) {
+    return lo + static_cast<position_t>(g.below(static_cast<std::uint64_t>(hi - lo + 1)));
+  }
+  template <class T>
+  std::vector<T> vec(index_t n) {
+    std::vector<T> v(static_cast<std::size_t>(n));
+    for (auto& x : v) x = static_cast<T>(uniform(-1, 1));
+    return v;
+  }
+  template <class T>
+  rows_t<T> mat(index_t r, index_t c, double scale = 1) {
+    rows_t<T> m(r, c);
+    for (index_t i = 0; i < r; ++i)
+      for (index_t j = 0; j < c; ++j) m(i, j) = static_cast<T>(scale * uniform(-1, 1));
+    return m;
+  }
+};
+
+template <class T>
+ld dot_ld(const T* a, const T* b, index_t n) {
+  ld acc = 0;
+  for (index_t i = 0; i < n; ++i) acc += static_cast<ld>(a[i]) * static_cast<ld>(b[i]);
+  return acc;
+}
+template <class T>
+ld abs_dot(const T* a, const T* b, index_t n) {
+  ld acc = 0;
+  for (index_t i = 0; i < n; ++i) acc += std::abs(static_cast<ld>(a[i]) * static_cast<ld>(b[i]));
+  return acc;
+}
+
+template <class T>
+double eps_of() { return std::is_same_v<T, float> ? 2e-5 : 1e-12; }
+
+/// Re(q̂ᵀ W k̂) from the dense view, in long double.
+template <class CF, class T>
+ld dense_view_score(const CF& cf, const T* q, position_t s, const T* k, position_t t) {
+  const auto qh = cf.q_hat(q);
+  const auto kh = cf.k_hat(k);
+  const auto w = cf.dense_w(t - s);
+  REQUIRE(w.rows() == qh.size());
+  REQUIRE(w.cols() == kh.size());
+  ld acc = 0;
+  for (index_t i = 0; i < w.rows(); ++i)
+    for (index_t j = 0; j < w.cols(); ++j) {
+      const auto wij = w(i, j);
+      ld re;
+      if constexpr (lrpe::is_complex_v<std::remove_cvref_t<decltype(wij)>>) re = static_cast<ld>(wij.real());
+      else re = static_cast<ld>(wij);
+      acc += static_cast<ld>(qh[i]) * re * static_cast<ld>(kh[j]);
+    }
+  return acc;
+}
+
+/**
+ * The common check: for `trials` random (q, s, k, t), the naive oracle `naive(q, s, k, t)`
+ * (long double) equals the direct score, the canonical score, the dense canonical score, the
+ * features' dot product (linearizable variants) and the shifted score (s + c, t + c).
+ * `mag(q, k)` bounds |terms| for the tolerance.
+ */
+template <class T, class V, class Naive, class Mag>
+void check_variant(const V& v, Naive naive, Mag mag, std::size_t m, rng& r, position_t pos_range = 700,
+                   int trials = 30) {
+  const index_t d = v.dim();
+  const auto cf = cn::canonical_form_of(v);
+  CHECK(cf.size() == m);
+  CHECK(cf.dim() == d);
+  for (int trial = 0; trial < trials; ++trial) {
+    const auto q = r.template vec<T>(d);
+    const auto k = r.template vec<T>(d);
+    const position_t s = r.integer(-pos_range, pos_range);
+    const position_t t = (trial % 5 == 0) ? s : r.integer(-pos_range, pos_range);
+    const position_t c = r.integer(-1'000'000, 1'000'000);
+    CAPTURE(trial);
+    CAPTURE(s);
+    CAPTURE(t);
+    CAPTURE(c);
+    const ld ref = naive(q.data(), s, k.data(), t);
+    const double tol = eps_of<T>() * static_cast<double>(mag(q.data(), k.data()) + 1);
+    const double direct = v.score(q.data(), s, k.data(), t);
+    CHECK(std::abs(direct - static_cast<double>(ref)) <= tol);
+    CHECK(std::abs(cf.score(q.data(), s, k.data(), t) - static_cast<double>(ref)) <= tol);
+    CHECK(std::abs(static_cast<double>(dense_view_score(cf, q.data(), s, k.data(), t) - ref)) <= tol);
+    CHECK(std::abs(cf.dense_score(q.data(), s, k.data(), t) - static_cast<double>(ref)) <= tol);
+    // angles are formed as position·θ in double: one rounding of |position|·ε absolute error
+    const double far = static_cast<double>(std::llabs(s + c) + std::llabs(t + c) + std::llabs(s) + std::llabs(t));
+    const double shift_tol = tol + 8 * far * std::numeric_limits<double>::epsilon() *
+                                       static_cast<double>(mag(q.data(), k.data()) + 1);
+    CHECK(std::abs(v.score(q.data(), s + c, k.data(), t + c) - direct) <= shift_tol);
+    if constexpr (cn::is_linearizable_v<V>) {
+      const index_t f = cn::feature_dim(v);
+      std::vector<T> fq(static_cast<std::size_t>(f)), fk(fq.size());
+      cn::features(v, cn::side::query, q.data(), s, fq.data());
+      cn::features(v, cn::side::key, k.data(), t, fk.data());
+      CHECK(std::abs(static_cast<double>(dot_ld(fq.data(), fk.data(), f) - ref)) <= tol);
+    }
+  }
+}
+
+// ------------------------------------------------------------------ independent oracles
+
+/// T5 bucket, written from REFERENCE.md (rel = key − query).
+position_t naive_t5_bucket(position_t rel, position_t nb, position_t max_distance, bool bidirectional) {
+  position_t out = 0;
+  position_t n = rel;
+  if (bidirectional) {
+    nb = nb / 2;
+    if (n > 0) out = nb;
+    n = std::llabs(n);
+  } else {
+    n = n < 0 ? -n : 0;
+  }
+  const position_t max_exact = nb / 2;
+  if (n < max_exact) return out + n;
+  const ld v = static_cast<ld>(max_exact) + std::log(static_cast<ld>(n) / max_exact) /
+                                                std::log(static_cast<ld>(max_distance) / max_exact) *
+                                                static_cast<ld>(nb - max_exact);
+  return out + std::min<position_t>(static_cast<position_t>(v), nb - 1);
+}
+
+/// DeBERTa-v2 log bucket, from REFERENCE.md (rel = query − key).
+position_t naive_deberta_bucket(position_t rel, position_t bs, position_t max_pos) {
+  const position_t mid = bs / 2;
+  const position_t a = std::llabs(rel) < mid ? mid - 1 : std::llabs(rel);
+  if (a <= mid) return rel;
+  const auto lp = static_cast<position_t>(
+      std::ceil(std::log(static_cast<ld>(a) / mid) / std::log(static_cast<ld>(max_pos - 1) / mid) * (mid - 1)) + mid);
+  return rel < 0 ? -lp : lp;
+}
+
+}  // namespace
+
+// ================================================================================ additive
+
+TEST_CASE_TEMPLATE("canonical: T5 bias (bidirectional and causal) == q.k + B[h, bucket(key - query)]", T, float,
+                   double) {
+  const std::uint64_t seed = 303;
+  INFO("seed = " << seed);
+  rng r(seed);
+  const index_t d = 6, heads = 3;
+  for (bool bidirectional : {true, false}) {
+    CAPTURE(bidirectional);
+    const cn::t5_buckets cfg{32, 128, bidirectional};
+    const rows_t<T> table = r.template mat<T>(heads, 32);
+    const cn::t5_bias<T> all(d, cfg, table);
+    CHECK(all.heads() == heads);
+    for (index_t h = 0; h < heads; ++h) {
+      CAPTURE(h);
+      auto naive = [&](const T* q, position_t s, const T* k, position_t t) {
+        return dot_ld(q, k, d) + static_cast<ld>(table(h, naive_t5_bucket(t - s, 32, 128, bidirectional)));
+      };
+      auto mag = [&](const T* q, const T* k) { return abs_dot(q, k, d) + 1; };
+      check_variant<T>(all.head(h), naive, mag, 2, r);
+      CHECK(all.head(h).default_scale(d) == 1.0);
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("canonical: learned Toeplitz table with clipping == q.k + w[clip(t - s, r)]", T, float, double) {
+  const std::uint64_t seed = 404;
+  INFO("seed = " << seed);
+  rng r(seed);
+  const index_t d = 5;
+  const position_t rr = 7;
+  const rows_t<T> table = r.template mat<T>(2, 2 * rr + 1);
+  const cn::toeplitz_bias<T> all(d, rr, table);
+  for (index_t h = 0; h < 2; ++h) {
+    auto naive = [&](const T* q, position_t s, const T* k, position_t t) {
+      const position_t off = std::max<position_t>(-rr, std::min<position_t>(rr, t - s));
+      return dot_ld(q, k, d) + static_cast<ld>(table(h, off + rr));
+    };
+    auto mag = [&](const T* q, const T* k) { return abs_dot(q, k, d) + 1; };
+    check_variant<T>(all.head(h), naive, mag, 2, r, 20);
+  }
+  // the clip itself: the extreme columns at and beyond ±r
+  const auto v = all.head(1);
+  CHECK(v.bias(0, rr) == static_cast<double>(table(1, 2 * rr)));
+  CHECK(v.bias(0, 1000) == static_cast<double>(table(1, 2 * rr)));
+  CHECK(v.bias(1000, 0) == static_cast<double>(table(1, 0)));
+  CHECK(v.bias(5, 3) == static_cast<double>(table(1, rr - 2)));
+}
+
+TEST_CASE_TEMPLATE("canonical: ALiBi causal -m(i - j) and symmetric -m|i - j|", T, float, double) {
+  const std::uint64_t seed = 505;
+  INFO("seed = " << seed);
+  rng r(seed);
+  const index_t d = 4;
+  for (auto form : {cn::alibi_form::causal, cn::alibi_form::symmetric}) {
+    const auto all = cn::alibi<T>::for_heads(d, 12, form);
+    for (index_t h : {0, 7, 8, 11}) {
+      CAPTURE(h);
+      const ld m = (h < 8) ? std::pow(2.0L, -static_cast<ld>(h + 1)) : std::pow(2.0L, -0.5L - static_cast<ld>(h - 8));
+      auto naive = [&](const T* q, position_t i, const T* k, position_t j) {
+        const ld dist = static_cast<ld>(i - j);
+        return dot_ld(q, k, d) + (form == cn::alibi_form::causal ? -m * dist : -m * std::abs(dist));
+      };
+      auto mag = [&](const T* q, const T* k) { return abs_dot(q, k, d) + 1500; };
+      check_variant<T>(all.head(h), naive, mag, 2, r);
+    }
+  }
+}
+
+// ==================================================================================== Shaw
+
+TEST_CASE_TEMPLATE("canonical: Shaw key term q.(k + a^K_clip(t-s, r)) and value term a^V", T, float, double) {
+  const std::uint64_t seed = 606;
+  INFO("seed = " << seed);
+  rng r(seed);
+  const index_t d = 6;
+  const position_t rr = 4;
+  const rows_t<T> ak = r.template mat<T>(2 * rr + 1, d), av = r.template mat<T>(2 * rr + 1, d);
+  const cn::shaw<T> v(d, rr, ak, av);
+  auto row_of = [&](position_t s, position_t t) { return std::max<position_t>(-rr, std::min<position_t>(rr, t - s)) + rr; };
+  auto naive = [&](const T* q, position_t s, const T* k, position_t t) {
+    ld acc = 0;
+    for (index_t i = 0; i < d; ++i) acc += static_cast<ld>(q[i]) * (static_cast<ld>(k[i]) + ak(row_of(s, t), i));
+    return acc;
+  };
+  auto mag = [&](const T* q, const T* k) { return 2 * abs_dot(q, k, d) + 2 * d; };
+  check_variant<T>(v, naive, mag, 2, r, 15);
+
+  for (auto [s, t] : {std::pair<position_t, position_t>{3, 1}, {0, 9}, {-20, 40}, {5, 5}, {-1, -3}}) {
+    CAPTURE(s);
+    CAPTURE(t);
+    std::vector<T> out(static_cast<std::size_t>(d), T(0.5));
+    v.add_value_term(s, t, T(0.25), out.data());
+    for (index_t i = 0; i < d; ++i) CHECK(out[static_cast<std::size_t>(i)] == doctest::Approx(0.5 + 0.25 * av(row_of(s, t), i)));
+  }
+  const cn::shaw<T> no_value(d, rr, ak);
+  std::vector<T> out(static_cast<std::size_t>(d), T(1));
+  no_value.add_value_term(0, 3, T(1), out.data());
+  for (T x : out) CHECK(x == T(1));
+}
+
+// ================================================================================= DeBERTa
+
+TEST_CASE_TEMPLATE("canonical: DeBERTa-v2 c2c + c2p + p2c with log buckets, span clamp and sqrt(3d)", T, float,
+                   double) {
+  const std::uint64_t seed = 707;
+  INFO("seed = " << seed);
+  rng r(seed);
+  const index_t d = 4, heads = 2;
+  struct setup {
+    cn::deberta_buckets cfg;
+    cn::deberta_terms terms;
+    double scale_terms;
+  };
+  for (const setup& st : {setup{{16, 64}, {true, true}, 3}, setup{{16, 64}, {true, false}, 2},
+                          setup{{16, 64}, {false, true}, 2}, setup{{0, 12}, {true, true}, 3}}) {
+    CAPTURE(st.cfg.position_buckets);
+    CAPTURE(st.terms.c2p);
+    CAPTURE(st.terms.p2c);
+    const index_t span = st.cfg.position_buckets > 0 ? st.cfg.position_buckets : st.cfg.max_relative_positions;
+    const rows_t<T> kr = r.template mat<T>(2 * span, heads * d), qr = r.template mat<T>(2 * span, heads * d);
+    const cn::deberta_v2<T> all(d, heads, st.cfg, kr, qr, st.terms);
+    for (index_t h = 0; h < heads; ++h) {
+      auto naive = [&](const T* q, position_t s, const T* k, position_t t) {
+        // rel = query − key; HF's c2p index clamp(rel + span) and effective p2c index (after
+        // the transpose of the key-major gather) are the same row.
+        position_t rel = s - t;
+        if (st.cfg.position_buckets > 0) rel = naive_deberta_bucket(rel, st.cfg.position_buckets, st.cfg.max_relative_positions);
+        const position_t c = std::max<position_t>(0, std::min<position_t>(2 * span - 1, rel + span));
+        ld acc = dot_ld(q, k, d);
+        for (index_t i = 0; i < d; ++i) {
+          if (st.terms.c2p) acc += static_cast<ld>(q[i]) * kr(c, h * d + i);
+          if (st.terms.p2c) acc += static_cast<ld>(k[i]) * qr(c, h * d + i);
+        }
+        return acc;
+      };
+      auto mag = [&](const T* q, const T* k) { return abs_dot(q, k, d) + 4 * d; };
+      check_variant<T>(all.head(h), naive, mag, 3, r, 200);
+      CHECK(all.default_scale(d) == doctest::Approx(1.0 / std::sqrt(st.scale_terms * d)));
+      CHECK(cn::default_scale(all, d) == doctest::Approx(1.0 / std::sqrt(st.scale_terms * d)));
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("canonical: DeBERTa-v2 from_embeddings (shared key projection) == projecting by hand", T, float,
+                   double) {
+  const std::uint64_t seed = 708;
+  INFO("seed = " << seed);
+  rng r(seed);
+  const index_t d = 3, heads = 2, hidden = 5;
+  const cn::deberta_buckets cfg{8, 32};
+  const rows_t<T> emb = r.template mat<T>(2 * 8 + 3, hidden);  // extra rows are ignored
+  cn::linear_projection<T> wk{r.template mat<T>(hidden, heads * d), {}};
+  cn::linear_projection<T> wq{r.template mat<T>(hidden, heads * d), lrpe::dense_vector<T>(heads * d)};
+  for (index_t i = 0; i < heads * d; ++i) wq.bias[i] = static_cast<T>(0.1 * static_cast<double>(i));
+  const auto v = cn::deberta_v2<T>::from_embeddings(d, heads, cfg, emb, wk, wq).head(1);
+  const auto q = r.template vec<T>(d), k = r.template vec<T>(d);
+  for (auto [s, t] : {std::pair<position_t, position_t>{0, 0}, {2, 9}, {40, 1}, {-3, 100}}) {
+    position_t rel = naive_deberta_bucket(s - t, 8, 32);
+    const position_t c = std::max<position_t>(0, std::min<position_t>(15, rel + 8));
+    ld acc = dot_ld(q.data(), k.data(), d);
+    for (index_t i = 0; i < d; ++i) {
+      ld kri = 0, qri = wq.bias[d + i];
+      for (index_t j = 0; j < hidden; ++j) {
+        kri += static_cast<ld>(emb(c, j)) * wk.weight(j, d + i);
+        qri += static_cast<ld>(emb(c, j)) * wq.weight(j, d + i);
+      }
+      acc += static_cast<ld>(q[static_cast<std::size_t>(i)]) * kri + static_cast<ld>(k[static_cast<std::size_t>(i)]) * qri;
+    }
+    CHECK(v.score(q.data(), s, k.data(), t) == doctest::Approx(static_cast<double>(acc)).epsilon(1e-5));
+  }
+}
+
+// =============================================================================== cosFormer
+
+TEST_CASE_TEMPLATE("canonical: cosFormer (q.k) cos(pi (t-s) / 2M) and features [x sin a, x cos a]", T, float, double) {
+  const std::uint64_t seed = 808;
+  INFO("seed = " << seed);
+  rng r(seed);
+  const index_t d = 7;
+  for (double m : {1.0, 64.0, 1000.5}) {
+    CAPTURE(m);
+    const cn::cosformer<T> v(d, m);
+    auto naive = [&](const T* q, position_t s, const T* k, position_t t) {
+      return dot_ld(q, k, d) * std::cos(std::numbers::pi_v<ld> * static_cast<ld>(t - s) / (2 * static_cast<ld>(m)));
+    };
+    auto mag = [&](const T* q, const T* k) { return 2 * abs_dot(q, k, d); };
+    check_variant<T>(v, naive, mag, 1, r);
+    CHECK(cn::feature_dim(v) == 2 * d);
+  }
+  // the published feature layout: [x sin a_i, x cos a_i], a_i = π i / (2M)
+  const cn::cosformer<T> v(d, 10.0);
+  const auto x = r.template vec<T>(d);
+  std::vector<T> f(static_cast<std::size_t>(2 * d));
+  cn::features(v, cn::side::key, x.data(), 3, f.data());
+  const ld a = std::numbers::pi_v<ld> * 3 / 20;
+  for (index_t j = 0; j < d; ++j) {
+    CHECK(f[static_cast<std::size_t>(j)] == doctest::Approx(static_cast<double>(x[static_cast<std::size_t>(j)] * std::sin(a))));
+    CHECK(f[static_cast<std::size_t>(d + j)] == doctest::Approx(static_cast<double>(x[static_cast<std::size_t>(j)] * std::cos(a))));
+  }
+}
+
+// ========================================================================== Transformer-XL
+
+TEST_CASE_TEMPLATE("canonical: Transformer-XL (q+u).k + (q+v).(W_R R_{i-j}), R = [sin, cos] halves", T, float, double) {
+  const std::uint64_t seed = 909;
+  INFO("seed = " << seed);
+  rng r(seed);
+  const index_t d = 4, heads = 2, dm = 8;
+  const rows_t<T> u = r.template mat<T>(heads, d), vv = r.template mat<T>(heads, d), wr = r.template mat<T>(heads * d, dm, 0.5);
+  const cn::transformer_xl<T> all(d, u, vv, wr);
+  for (index_t h = 0; h < heads; ++h) {
+    CAPTURE(h);
+    auto naive = [&](const T* q, position_t i, const T* k, position_t j) {
+      std::vector<ld> rvec(static_cast<std::size_t>(dm));
+      for (index_t m = 0; m < dm / 2; ++m) {
+        const ld inv = 1.0L / std::pow(10000.0L, static_cast<ld>(2 * m) / dm);
+        rvec[static_cast<std::size_t>(m)] = std::sin(static_cast<ld>(i - j) * inv);
+        rvec[static_cast<std::size_t>(dm / 2 + m)] = std::cos(static_cast<ld>(i - j) * inv);
+      }
+      ld acc = 0;
+      for (index_t a = 0; a < d; ++a) {
+        ld ra = 0;
+        for (index_t b = 0; b < dm; ++b) ra += static_cast<ld>(wr(h * d + a, b)) * rvec[static_cast<std::size_t>(b)];
+        acc += (static_cast<ld>(q[a]) + u(h, a)) * k[a] + (static_cast<ld>(q[a]) + vv(h, a)) * ra;
+      }
+      return acc;
+    };
+    auto mag = [&](const T* q, const T* k) { return 4 * abs_dot(q, k, d) + 4 * d * dm; };
+    check_variant<T>(all.head(h), naive, mag, 2, r);
+    CHECK(all.default_scale(d) == doctest::Approx(0.5));
+    CHECK(cn::feature_dim(all) == d + dm);
+  }
+}
+
+// =================================================================================== URPE
+
+TEST_CASE_TEMPLATE("canonical: URPE C_st = c_h[T5 bucket(t - s)], per head; ones()", T, float, double) {
+  const std::uint64_t seed = 1010;
+  INFO("seed = " << seed);
+  rng r(seed);
+  const rows_t<T> table = r.template mat<T>(4, 64);
+  const cn::urpe<T> all(cn::urpe<T>::default_buckets, table);
+  CHECK(all.heads() == 4);
+  for (index_t h = 0; h < 4; ++h) {
+    const auto c = all.head(h);
+    CHECK(c.head_index() == h);
+    for (int trial = 0; trial < 50; ++trial) {
+      const position_t s = r.integer(-300, 300), t = r.integer(-300, 300);
+      const double expected = static_cast<double>(table(h, naive_t5_bucket(t - s, 64, 128, true)));
+      CHECK(c.weight(s, t) == expected);
+      CHECK(c.c(s, t) == expected);
+      CHECK(c.weight(s + 12345, t + 12345) == expected);
+    }
+  }
+  const auto ones = cn::urpe<T>::ones(3);
+  CHECK(ones.head(2).weight(-5, 100) == 1.0);
+}
+
+// ============================================================== composing a new variant
+
+TEST_CASE_TEMPLATE("canonical: a user variant composed from primitives is a relative_encoding", T, float, double) {
+  // f = q.k·w(t−s) + b(t−s): cosFormer-like weighting plus a bias, written with primitives.
+  const index_t d = 3;
+  auto w = [](position_t delta) { return 1.0 / (1.0 + std::abs(static_cast<double>(delta))); };
+  auto b = [](position_t delta) { return 0.1 * static_cast<double>(delta); };
+  const cn::canonical_form f(cn::term(cn::identity_map<T>(d), cn::scalar_op<T, decltype(w)>(d, w), cn::identity_map<T>(d)),
+                             cn::term(cn::one_map<T>(d), cn::bias_op<T, decltype(b)>(b), cn::one_map<T>(d)));
+  static_assert(lrpe::relative_encoding<decltype(f)>);
+  static_assert(!cn::is_linearizable_v<decltype(f)>);
+  const T q[3] = {1, 2, 3}, k[3] = {-1, 0.5, 2};
+  const double qk = -1 + 1 + 6;
+  CHECK(f.score(q, 2, k, 6) == doctest::Approx(qk / 5 + 0.4));
+  CHECK(f.score(q, 6, k, 2) == doctest::Approx(qk / 5 - 0.4));
+  CHECK(f.dense_score(q, 6, k, 2) == doctest::Approx(qk / 5 - 0.4));
+  CHECK(f.q_hat_dim() == 4);
+  CHECK(f.dense_w(3).rows() == 4);
+  CHECK_THROWS_AS(cn::term(cn::identity_map<T>(3), cn::identity_op<T>(4), cn::identity_map<T>(3)), lrpe::shape_error);
+}
