@@ -51,11 +51,17 @@ row_matrix<T> linear_features(const Encoding& encoding, const Phi& phi, const ma
 }
 
 template <class T, class Encoding, class Phi, class Backend>
+void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<const T>& k,
+                              const matrix_view<const T>& v, const matrix_view<T>& out, const Encoding& encoding,
+                              const Phi& phi, const linear_options& options, linear_attention_state<T>* state,
+                              Backend backend);
+
+/// Front door of the linear kernels: readable compile errors first, then validation.
+template <class T, class Encoding, class Phi, class Backend>
 void linear_attention_impl(const matrix_view<const T>& q, const matrix_view<const T>& k,
                            const matrix_view<const T>& v, const matrix_view<T>& out, const Encoding& encoding,
                            const Phi& phi, const linear_options& options, linear_attention_state<T>* state,
                            Backend backend) {
-  constexpr const char* where = "lrpe::linear_attention";
   static_assert(is_linearizable_encoding_v<Encoding>,
                 "lrpe::linear_attention: the encoding is not linearizable (it has no per-position "
                 "feature map, e.g. an additive bias such as ALiBi/T5, Shaw or DeBERTa); use "
@@ -63,6 +69,17 @@ void linear_attention_impl(const matrix_view<const T>& q, const matrix_view<cons
   static_assert(feature_map<Phi, T>,
                 "lrpe::linear_attention: phi must satisfy lrpe::feature_map (a callable T(T), or "
                 "apply(const T*, T*, index_t))");
+  if constexpr (is_linearizable_encoding_v<Encoding> && feature_map<Phi, T>) {
+    linear_attention_checked<T>(q, k, v, out, encoding, phi, options, state, backend);
+  }
+}
+
+template <class T, class Encoding, class Phi, class Backend>
+void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<const T>& k,
+                              const matrix_view<const T>& v, const matrix_view<T>& out, const Encoding& encoding,
+                              const Phi& phi, const linear_options& options, linear_attention_state<T>* state,
+                              Backend backend) {
+  constexpr const char* where = "lrpe::linear_attention";
   if constexpr (!std::is_same_v<Encoding, no_encoding>) {
     static_assert(std::is_same_v<typename Encoding::scalar, T>,
                   "lrpe::linear_attention: the encoder's scalar must be the scalar of q, k and v");

@@ -1,0 +1,158 @@
+// Streaming linear attention: linear_attention_state (append k, v, position; query in O(d_f·d_v))
+// equals batched causal linear attention; export / flat serialisation / resume at an arbitrary
+// split, and segment-by-segment calls (sequence sharding) equal one call on the whole sequence.
+#include <lrpe/lrpe.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <vector>
+
+namespace {
+
+using lrpe::index_t;
+using lrpe::position_t;
+template <class T>
+using rm = lrpe::row_matrix<T>;
+
+template <class T>
+rm<T> random_matrix(lrpe::generator& g, index_t r, index_t c) {
+  rm<T> m(r, c);
+  for (index_t i = 0; i < r; ++i)
+    for (index_t j = 0; j < c; ++j) m(i, j) = static_cast<T>(g.normal());
+  return m;
+}
+
+template <class T>
+double max_rel(const rm<T>& a, const rm<T>& b) {
+  return static_cast<double>((a - b).cwiseAbs().maxCoeff()) / (1.0 + static_cast<double>(b.cwiseAbs().maxCoeff()));
+}
+
+template <class T>
+double tolerance() {
+  return std::is_same_v<T, float> ? 2e-5 : 1e-12;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("streaming: append/query per token equals batched causal linear attention", T, float, double) {
+  const std::uint64_t seed = 0x57AE'0001;
+  MESSAGE("seed = " << seed);
+  lrpe::generator g(seed);
+  const index_t n = 90, d = 8, dv = 5;
+  const rm<T> q = random_matrix<T>(g, n, d), k = random_matrix<T>(g, n, d), v = random_matrix<T>(g, n, dv);
+  const lrpe::type8<T> enc(d);  // complex encoder: feature_dim = 2d through the real view
+  const lrpe::feature_maps::elu_plus_one phi;
+  for (double decay : {1.0, 0.9}) {
+    for (auto norm : {lrpe::normalisation::none, lrpe::normalisation::denominator}) {
+      CAPTURE(decay);
+      const position_t p0 = 12345;
+      lrpe::linear_options o{.causal = true, .norm = norm, .eps = 0.5, .chunk = 16, .decay = decay, .q_positions = p0, .k_positions = p0};
+      rm<T> batched(n, dv), streamed(n, dv);
+      lrpe::linear_attention(q, k, v, batched, enc, phi, o);
+      lrpe::linear_attention_state<T> st(enc.feature_dim(), dv, decay);
+      for (index_t i = 0; i < n; ++i) {
+        st.append(enc, phi, k.row(i).data(), v.row(i).data(), p0 + i);
+        st.query(enc, phi, q.row(i).data(), p0 + i, streamed.row(i).data(), norm, o.eps);
+      }
+      CHECK(st.count() == n);
+      CHECK(st.last_position() == p0 + n - 1);
+      CHECK(max_rel(streamed, batched) <= tolerance<T>());
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("streaming: export, flat serialisation and resume at an arbitrary split", T, float, double) {
+  const std::uint64_t seed = 0x57AE'0002;
+  MESSAGE("seed = " << seed);
+  lrpe::generator g(seed);
+  const index_t n = 77, d = 6, dv = 3;
+  const rm<T> q = random_matrix<T>(g, n, d), k = random_matrix<T>(g, n, d), v = random_matrix<T>(g, n, dv);
+  const lrpe::type1<T> enc(d);
+  const lrpe::feature_maps::relu_eps phi;
+  const double decay = 0.93;
+  const lrpe::linear_options whole_opt{.causal = true, .chunk = 8, .decay = decay, .q_positions = 5, .k_positions = 5};
+  rm<T> whole(n, dv);
+  lrpe::linear_attention(q, k, v, whole, enc, phi, whole_opt);
+
+  for (int rep = 0; rep < 4; ++rep) {
+    const index_t split = rep == 0 ? 0 : (rep == 1 ? n : 1 + static_cast<index_t>(g.below(static_cast<std::uint64_t>(n - 1))));
+    CAPTURE(split);
+    // shard 1: batched segment call, then export → flat → resume in a "new process"
+    lrpe::linear_attention_state<T> st(enc.feature_dim(), dv, decay);
+    rm<T> out(n, dv);
+    lrpe::linear_attention(q.topRows(split), k.topRows(split), v.topRows(split), out.topRows(split), enc, phi, st,
+                           lrpe::linear_options{.causal = true, .chunk = 5, .decay = decay, .q_positions = 5, .k_positions = 5});
+    const std::vector<double> flat = st.export_state().to_flat();
+    lrpe::linear_attention_state<T> resumed(lrpe::linear_attention_snapshot<T>::from_flat(flat));
+    CHECK(resumed.count() == split);
+    CHECK(resumed.kv() == st.kv());
+    CHECK(resumed.k_sum() == st.k_sum());
+    // shard 2: half per-token streaming, half a batched segment with another chunk size
+    const index_t mid = split + (n - split) / 2;
+    for (index_t i = split; i < mid; ++i) {
+      resumed.append(enc, phi, k.row(i).data(), v.row(i).data(), 5 + i);
+      resumed.query(enc, phi, q.row(i).data(), 5 + i, out.row(i).data());
+    }
+    lrpe::linear_attention(q.bottomRows(n - mid), k.bottomRows(n - mid), v.bottomRows(n - mid), out.bottomRows(n - mid),
+                           enc, phi, resumed,
+                           lrpe::linear_options{.causal = true, .chunk = 7, .decay = decay, .q_positions = 5 + mid, .k_positions = 5 + mid});
+    CHECK(max_rel(out, whole) <= tolerance<T>());
+    CHECK(resumed.count() == n);
+  }
+}
+
+TEST_CASE("streaming: snapshot round trip is exact, including extreme positions") {
+  lrpe::linear_attention_state<float> st(4, 2, 0.5);
+  const float k[4] = {1, -2, 3, 0.25f}, v[2] = {7, -1};
+  const position_t far = -(position_t{1} << 62) + 3;
+  st.append_features(k, v, far);
+  st.append_features(k, v, far + 2);
+  const auto snap = st.export_state();
+  const auto back = lrpe::linear_attention_snapshot<float>::from_flat(snap.to_flat());
+  CHECK(back.last_position == far + 2);
+  CHECK(back.count == 2);
+  CHECK(back.decay == 0.5);
+  CHECK(back.kv == snap.kv);
+  CHECK(back.k_sum == snap.k_sum);
+  CHECK(snap.kv[0] == doctest::Approx(7 * 1 * 0.25 + 7));  // λ² · k vᵀ + k vᵀ
+  // copies are independent
+  auto copy = st;
+  copy.append_features(k, v, far + 3);
+  CHECK(copy.count() == 3);
+  CHECK(st.count() == 2);
+}
+
+TEST_CASE("streaming: errors") {
+  using T = double;
+  const lrpe::type1<T> enc(4);
+  const lrpe::feature_maps::identity phi;
+  lrpe::linear_attention_state<T> st(4, 2);
+  const T x[4] = {1, 2, 3, 4}, v[2] = {1, 1};
+  T out[2];
+  st.append(enc, phi, x, v, 10);
+  CHECK_THROWS_WITH_AS(st.append(enc, phi, x, v, 9), doctest::Contains("'t'"), lrpe::parameter_error);
+  CHECK_THROWS_WITH_AS(st.query(enc, phi, x, 9, out), doctest::Contains("'s'"), lrpe::parameter_error);
+  CHECK_NOTHROW(st.query(enc, phi, x, 10, out));
+  CHECK_THROWS_AS(st.query(enc, phi, x, 10, out, lrpe::normalisation::denominator, 0.0), lrpe::parameter_error);
+  const lrpe::type8<T> complex_enc(4);  // feature_dim 8 ≠ 4
+  CHECK_THROWS_WITH_AS(st.append(complex_enc, phi, x, v, 11), doctest::Contains("'encoding.feature_dim()'"), lrpe::shape_error);
+  CHECK_THROWS_AS(lrpe::linear_attention_state<T>(0, 2), lrpe::shape_error);
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention_state<T>(4, 2, 1.5), doctest::Contains("'decay'"), lrpe::parameter_error);
+  std::vector<double> flat = st.export_state().to_flat();
+  flat.pop_back();
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention_snapshot<T>::from_flat(flat), doctest::Contains("'flat.size()'"), lrpe::shape_error);
+  CHECK_THROWS_AS(lrpe::linear_attention_snapshot<T>::from_flat(std::vector<double>{2, 0, 0}), lrpe::shape_error);
+  // segment calls: state shape, decay and positions must match
+  const rm<T> q = rm<T>::Ones(3, 4), vv = rm<T>::Ones(3, 2);
+  rm<T> o(3, 2);
+  lrpe::linear_attention_state<T> wrong(4, 3);
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention(q, q, vv, o, enc, phi, wrong, lrpe::linear_options{.causal = true}),
+                       doctest::Contains("'state'"), lrpe::shape_error);
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention(q, q, vv, o, enc, phi, st, lrpe::linear_options{.causal = true, .decay = 0.5}),
+                       doctest::Contains("'options.decay'"), lrpe::parameter_error);
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention(q, q, vv, o, enc, phi, st, lrpe::linear_options{.causal = true, .q_positions = 3, .k_positions = 11}),
+                       doctest::Contains("'options.q_positions[0]'"), lrpe::parameter_error);
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention(q, q, vv, o, enc, phi, st, lrpe::linear_options{}),
+                       doctest::Contains("'options.causal'"), lrpe::parameter_error);
+}
