@@ -1,0 +1,266 @@
+// Published position functions (REFERENCE.md): every T5 bucket value (bidirectional and causal),
+// every DeBERTa-v2 log-bucket value, ALiBi slopes for 8, 12 and 16 heads; compile-time traits
+// and concepts of every variant; error paths throw the documented lrpe error type.
+#include <doctest/doctest.h>
+
+#include <lrpe/lrpe.hpp>
+
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <utility>
+#include <vector>
+
+namespace {
+using lrpe::index_t;
+using lrpe::position_t;
+namespace cn = lrpe::canonical;
+using vd = std::vector<double>;
+using rows = lrpe::row_matrix<double>;
+}  // namespace
+
+// ------------------------------------------------------------------- compile-time facts
+static_assert(lrpe::additive_encoding<cn::t5_bias<float>>);
+static_assert(lrpe::additive_encoding<cn::alibi<double>>);
+static_assert(lrpe::additive_encoding<cn::toeplitz_bias<float>>);
+static_assert(lrpe::value_encoding<cn::shaw<float>>);
+static_assert(!lrpe::additive_encoding<cn::shaw<float>>);
+static_assert(lrpe::relative_encoding<cn::deberta_v2<double>>);
+static_assert(!lrpe::additive_encoding<cn::deberta_v2<double>>);
+static_assert(lrpe::relative_encoding<cn::transformer_xl<float>>);
+static_assert(lrpe::relative_encoding<cn::cosformer<float>>);
+static_assert(lrpe::relative_encoding<cn::multiplicative<lrpe::type8<float>>>);
+static_assert(!lrpe::relative_encoding<cn::urpe<float>>);
+static_assert(cn::post_softmax_reweighting<cn::urpe<float>>);
+
+static_assert(cn::is_linearizable_v<lrpe::type1<float>>);
+static_assert(cn::is_linearizable_v<lrpe::rope_neox<double>>);
+static_assert(cn::is_linearizable_v<lrpe::permuteformer<double>>);
+static_assert(cn::is_linearizable_v<lrpe::encoder<lrpe::p::dft<float>, lrpe::lambda::complex_phase<float>>>);
+static_assert(cn::is_linearizable_v<cn::multiplicative<lrpe::type4<float>>>);
+static_assert(cn::is_linearizable_v<cn::cosformer<float>>);
+static_assert(cn::is_linearizable_v<cn::transformer_xl<float>>);
+static_assert(!cn::is_linearizable_v<cn::t5_bias<float>>);
+static_assert(!cn::is_linearizable_v<cn::alibi<float>>);
+static_assert(!cn::is_linearizable_v<cn::toeplitz_bias<float>>);
+static_assert(!cn::is_linearizable_v<cn::shaw<float>>);
+static_assert(!cn::is_linearizable_v<cn::deberta_v2<float>>);
+static_assert(!cn::is_linearizable_v<cn::urpe<float>>);
+static_assert(!cn::is_linearizable_v<int>);
+static_assert(!cn::is_encoder_v<cn::cosformer<float>>);
+static_assert(cn::is_encoder_v<lrpe::type5<float>>);
+
+// ---------------------------------------------------------------------- published values
+
+TEST_CASE("buckets: T5 bidirectional (32 buckets, max_distance 128) reproduces REFERENCE.md") {
+  const std::vector<std::pair<position_t, index_t>> published = {
+      {-200, 15}, {-128, 15}, {-127, 15}, {-64, 14}, {-20, 10}, {-8, 8}, {-7, 7}, {-1, 1}, {0, 0},
+      {1, 17},    {7, 23},    {8, 24},    {20, 26},  {64, 30},  {127, 31}, {128, 31}, {200, 31}};
+  for (auto [rel, bucket] : published) {
+    CAPTURE(rel);
+    CHECK(cn::t5_bucket(rel, cn::t5_buckets{32, 128, true}) == bucket);
+  }
+  CHECK(cn::t5_bucket(std::numeric_limits<position_t>::max() / 2, cn::t5_buckets{}) == 31);
+  CHECK(cn::t5_bucket(-(std::numeric_limits<position_t>::max() / 2), cn::t5_buckets{}) == 15);
+}
+
+TEST_CASE("buckets: T5 causal (32 buckets, max_distance 128) reproduces REFERENCE.md") {
+  const std::vector<std::pair<position_t, index_t>> published = {
+      {-200, 31}, {-128, 31}, {-64, 26}, {-20, 17}, {-16, 16}, {-15, 15}, {-1, 1}, {0, 0}, {1, 0}, {5, 0}};
+  for (auto [rel, bucket] : published) {
+    CAPTURE(rel);
+    CHECK(cn::t5_bucket(rel, cn::t5_buckets{32, 128, false}) == bucket);
+  }
+}
+
+TEST_CASE("buckets: T5 bias uses rel = key - query (t - s)") {
+  // bias(s, t): query s, key t. Key after query (t > s) lands in the upper half when bidirectional.
+  rows table = rows::Zero(1, 32);
+  for (index_t b = 0; b < 32; ++b) table(0, b) = static_cast<double>(b);
+  const cn::t5_bias<double> v(2, {}, table);
+  CHECK(v.bias(10, 11) == 17);  // rel = +1
+  CHECK(v.bias(11, 10) == 1);   // rel = −1
+  const cn::t5_bias<double> causal(2, {32, 128, false}, table);
+  CHECK(causal.bias(10, 30) == 0);   // future key → bucket 0
+  CHECK(causal.bias(30, 10) == 17);  // rel = −20
+}
+
+TEST_CASE("buckets: DeBERTa-v2 log buckets (256, 512) reproduce REFERENCE.md") {
+  const std::vector<std::pair<position_t, position_t>> published = {
+      {0, 0},     {1, 1},     {127, 127}, {128, 128},   {129, 129},   {130, 130},   {200, 169},
+      {300, 207}, {511, 255}, {512, 256}, {1000, 317},  {5000, 465},  {-129, -129}, {-1000, -317}};
+  for (auto [rel, bucket] : published) {
+    CAPTURE(rel);
+    CHECK(cn::deberta_log_bucket(rel, 256, 512) == bucket);
+  }
+  // rel = query − key: the opposite sign to T5
+  const cn::deberta_buckets cfg{256, 512};
+  CHECK(cn::deberta_relative_position(1000, 0, cfg) == 317);
+  CHECK(cn::deberta_relative_position(0, 1000, cfg) == -317);
+  const cn::deberta_buckets none{0, 512};
+  CHECK(cn::deberta_relative_position(0, 1000, none) == -1000);
+  CHECK(none.span() == 512);
+  CHECK(cfg.span() == 256);
+}
+
+TEST_CASE("buckets: ALiBi slopes for 8, 12 and 16 heads") {
+  const auto s8 = cn::alibi_slopes(8);
+  REQUIRE(s8.size() == 8);
+  for (int i = 0; i < 8; ++i) CHECK(s8[static_cast<std::size_t>(i)] == doctest::Approx(std::ldexp(1.0, -(i + 1))).epsilon(1e-14));
+  const auto s12 = cn::alibi_slopes(12);
+  REQUIRE(s12.size() == 12);
+  for (int i = 0; i < 8; ++i) CHECK(s12[static_cast<std::size_t>(i)] == doctest::Approx(s8[static_cast<std::size_t>(i)]).epsilon(1e-14));
+  const double tail[4] = {0.707107, 0.353553, 0.176777, 0.088388};
+  for (int i = 0; i < 4; ++i) CHECK(s12[static_cast<std::size_t>(8 + i)] == doctest::Approx(tail[i]).epsilon(1e-6));
+  const auto s16 = cn::alibi_slopes(16);
+  REQUIRE(s16.size() == 16);
+  for (int i = 0; i < 16; ++i) CHECK(s16[static_cast<std::size_t>(i)] == doctest::Approx(std::pow(2.0, -0.5 * (i + 1))).epsilon(1e-14));
+  CHECK(cn::alibi_slopes(1) == vd{1.0 / 256});
+  CHECK(cn::alibi_slopes(3).size() == 3);
+  CHECK(cn::alibi_slopes(3)[2] == doctest::Approx(std::pow(2.0, -2.0)));  // slopes(4)[0] = 2^-2
+}
+
+TEST_CASE("buckets: clip") {
+  CHECK(cn::clip(5, 3) == 3);
+  CHECK(cn::clip(-5, 3) == -3);
+  CHECK(cn::clip(2, 3) == 2);
+  CHECK(cn::clip(7, 0) == 0);
+}
+
+// ------------------------------------------------------------------------------ heads
+
+TEST_CASE("heads: head(h) shares the table (O(1)) and selects the row; out of range throws") {
+  rows table(3, 5);
+  for (index_t h = 0; h < 3; ++h)
+    for (index_t j = 0; j < 5; ++j) table(h, j) = static_cast<double>(10 * h + j);
+  const cn::toeplitz_bias<double> all(4, 2, table);
+  const auto h2 = all.head(2);
+  CHECK(&h2.table() == &all.table());
+  CHECK(h2.head_index() == 2);
+  CHECK(h2.bias(0, 1) == 23);
+  CHECK_THROWS_AS((void)all.head(3), lrpe::shape_error);
+  CHECK_THROWS_AS((void)all.head(-1), lrpe::shape_error);
+  const auto al = cn::alibi<double>::for_heads(4, 8);
+  CHECK(al.head(3).slope() == doctest::Approx(1.0 / 16));
+  CHECK(&al.head(3).slopes() == &al.slopes());
+}
+
+// ------------------------------------------------------------------------------ errors
+
+TEST_CASE("errors: bad parameters throw the documented lrpe error type") {
+  SUBCASE("T5") {
+    CHECK_THROWS_AS(cn::t5_bias<double>(4, {0, 128, true}, rows(1, 0)), lrpe::parameter_error);
+    CHECK_THROWS_AS(cn::t5_bias<double>(4, {2, 128, true}, rows::Zero(1, 2)), lrpe::parameter_error);
+    CHECK_THROWS_AS(cn::t5_bias<double>(4, {1, 128, false}, rows::Zero(1, 1)), lrpe::parameter_error);
+    // max_distance must exceed max_exact (8 for 32 bidirectional, 16 for 32 causal)
+    CHECK_THROWS_AS(cn::t5_bias<double>(4, {32, 8, true}, rows::Zero(1, 32)), lrpe::parameter_error);
+    CHECK_THROWS_AS(cn::t5_bias<double>(4, {32, 16, false}, rows::Zero(1, 32)), lrpe::parameter_error);
+    CHECK_NOTHROW(cn::t5_bias<double>(4, {32, 17, false}, rows::Zero(1, 32)));
+    CHECK_THROWS_AS(cn::t5_bias<double>(4, {32, 128, true}, rows::Zero(2, 31)), lrpe::shape_error);
+    CHECK_THROWS_AS(cn::t5_bias<double>(0, {32, 128, true}, rows::Zero(2, 32)), lrpe::shape_error);
+    rows bad = rows::Zero(2, 32);
+    bad(1, 7) = std::numeric_limits<double>::quiet_NaN();
+    CHECK_THROWS_AS(cn::t5_bias<double>(4, {}, bad), lrpe::domain_error);
+    try {
+      (void)cn::t5_bias<double>(4, {32, 4, true}, rows::Zero(1, 32));
+      FAIL("no throw");
+    } catch (const lrpe::parameter_error& e) {
+      const std::string what = e.what();
+      CHECK(what.find("max_distance") != std::string::npos);
+      CHECK(what.find("got 4") != std::string::npos);
+    }
+  }
+  SUBCASE("learned table") {
+    CHECK_THROWS_AS(cn::toeplitz_bias<double>(4, -1, rows::Zero(1, 1)), lrpe::parameter_error);
+    CHECK_THROWS_AS(cn::toeplitz_bias<double>(4, 3, rows::Zero(1, 6)), lrpe::shape_error);
+    CHECK_THROWS_AS(cn::toeplitz_bias<double>(4, 1, vd{0, std::numeric_limits<double>::infinity(), 0}),
+                    lrpe::domain_error);
+  }
+  SUBCASE("ALiBi") {
+    CHECK_THROWS_AS((void)cn::alibi_slopes(0), lrpe::parameter_error);
+    CHECK_THROWS_AS(cn::alibi<float>(4, vd{}), lrpe::shape_error);
+    CHECK_THROWS_AS(cn::alibi<float>(4, vd{0.5, std::nan("")}), lrpe::domain_error);
+  }
+  SUBCASE("cosFormer") {
+    CHECK_THROWS_AS(cn::cosformer<float>(4, 0.0), lrpe::parameter_error);
+    CHECK_THROWS_AS(cn::cosformer<float>(4, -3.0), lrpe::parameter_error);
+    CHECK_THROWS_AS(cn::cosformer<float>(4, std::numeric_limits<double>::infinity()), lrpe::domain_error);
+    CHECK_THROWS_AS(cn::cosformer<float>(0, 1.0), lrpe::shape_error);
+  }
+  SUBCASE("Shaw") {
+    CHECK_THROWS_AS(cn::shaw<double>(3, -1, rows::Zero(1, 3)), lrpe::parameter_error);
+    CHECK_THROWS_AS(cn::shaw<double>(3, 2, rows::Zero(5, 4)), lrpe::shape_error);
+    CHECK_THROWS_AS(cn::shaw<double>(3, 2, rows::Zero(5, 3), rows::Zero(4, 3)), lrpe::shape_error);
+    rows bad = rows::Zero(5, 3);
+    bad(4, 2) = -std::numeric_limits<double>::infinity();
+    CHECK_THROWS_AS(cn::shaw<double>(3, 2, bad), lrpe::domain_error);
+  }
+  SUBCASE("DeBERTa") {
+    CHECK_THROWS_AS(cn::deberta_v2<double>(2, 1, {2, 512}, rows::Zero(4, 2), rows::Zero(4, 2)), lrpe::parameter_error);
+    CHECK_THROWS_AS(cn::deberta_v2<double>(2, 1, {256, 100}, rows::Zero(512, 2), rows::Zero(512, 2)), lrpe::parameter_error);
+    CHECK_THROWS_AS(cn::deberta_v2<double>(2, 1, {0, 0}, rows::Zero(0, 2), rows::Zero(0, 2)), lrpe::parameter_error);
+    CHECK_THROWS_AS(cn::deberta_v2<double>(2, 2, {8, 32}, rows::Zero(16, 2), rows::Zero(16, 4)), lrpe::shape_error);
+    CHECK_THROWS_AS(cn::deberta_v2<double>(2, 0, {8, 32}, rows::Zero(16, 2), rows::Zero(16, 2)), lrpe::shape_error);
+    rows bad = rows::Zero(16, 2);
+    bad(3, 1) = std::nan("");
+    CHECK_THROWS_AS(cn::deberta_v2<double>(2, 1, {8, 32}, rows::Zero(16, 2), bad), lrpe::domain_error);
+    // a disabled term needs no table
+    CHECK_NOTHROW(cn::deberta_v2<double>(2, 1, {8, 32}, rows::Zero(16, 2), rows(), {true, false}));
+    CHECK_THROWS_AS((void)cn::deberta_v2<double>::from_embeddings(2, 1, {8, 32}, rows::Zero(10, 3),
+                                                                   {rows::Zero(3, 2)}, {rows::Zero(3, 2)}),
+                    lrpe::shape_error);
+  }
+  SUBCASE("Transformer-XL") {
+    CHECK_THROWS_AS(cn::transformer_xl<double>(2, rows::Zero(1, 2), rows::Zero(1, 2), rows::Zero(2, 3)), lrpe::shape_error);
+    CHECK_THROWS_AS(cn::transformer_xl<double>(2, rows::Zero(2, 2), rows::Zero(1, 2), rows::Zero(4, 4)), lrpe::shape_error);
+    CHECK_THROWS_AS(cn::transformer_xl<double>(2, rows::Zero(1, 2), rows::Zero(1, 2), rows::Zero(3, 4)), lrpe::shape_error);
+    CHECK_THROWS_AS(cn::transformer_xl<double>(2, rows::Zero(1, 2), rows::Zero(1, 2), rows::Zero(2, 4), 1.0),
+                    lrpe::parameter_error);
+    rows bad = rows::Zero(1, 2);
+    bad(0, 0) = std::nan("");
+    CHECK_THROWS_AS(cn::transformer_xl<double>(2, bad, rows::Zero(1, 2), rows::Zero(2, 4)), lrpe::domain_error);
+  }
+  SUBCASE("URPE") {
+    CHECK_THROWS_AS(cn::urpe<float>({64, 128, true}, lrpe::row_matrix<float>::Ones(2, 32)), lrpe::shape_error);
+    CHECK_THROWS_AS(cn::urpe<float>({64, 16, true}, lrpe::row_matrix<float>::Ones(2, 64)), lrpe::parameter_error);
+    CHECK_THROWS_AS((void)cn::urpe<float>::ones(0), lrpe::shape_error);
+  }
+  SUBCASE("features and score_matrix of a block with the wrong width") {
+    const cn::cosformer<double> v(3, 8.0);
+    const rows x = rows::Zero(4, 2);
+    CHECK_THROWS_AS((void)cn::features(v, cn::side::query, x, 0), lrpe::shape_error);
+    CHECK_THROWS_AS((void)cn::score_matrix(v, x, x), lrpe::shape_error);
+    const std::vector<position_t> pos = {0, 1, 2};
+    CHECK_THROWS_AS((void)cn::features(v, cn::side::query, rows::Zero(4, 3), pos), lrpe::shape_error);
+  }
+  SUBCASE("every error is an lrpe::error") {
+    CHECK_THROWS_AS(cn::cosformer<float>(4, -1.0), lrpe::error);
+    CHECK_THROWS_AS(cn::cosformer<float>(4, std::nan("")), lrpe::error);
+  }
+}
+
+// ------------------------------------------------------------------- blocks and scales
+
+TEST_CASE("score_matrix and block features agree with per-row scores; default scales") {
+  const index_t d = 4, n = 6;
+  rows q(n, d), k(n, d);
+  for (index_t i = 0; i < n; ++i)
+    for (index_t j = 0; j < d; ++j) {
+      q(i, j) = std::sin(1.0 + static_cast<double>(i * d + j));
+      k(i, j) = std::cos(2.0 + static_cast<double>(i * d + j));
+    }
+  const cn::cosformer<double> v(d, 16.0);
+  const std::vector<position_t> qpos = {-3, 0, 7, 7, 100, -50}, kpos = {1, 2, 3, 4, 5, 6};
+  const auto s = cn::score_matrix(v, q, k, qpos, kpos);
+  const auto fq = cn::features(v, cn::side::query, q, qpos);
+  const auto fk = cn::features(v, cn::side::key, k, kpos);
+  for (index_t i = 0; i < n; ++i)
+    for (index_t j = 0; j < n; ++j) {
+      const double expected = q.row(i).dot(k.row(j)) * std::cos(std::numbers::pi * static_cast<double>(kpos[static_cast<std::size_t>(j)] - qpos[static_cast<std::size_t>(i)]) / 32.0);
+      CHECK(s(i, j) == doctest::Approx(expected).epsilon(1e-12));
+      CHECK(fq.row(i).dot(fk.row(j)) == doctest::Approx(expected).epsilon(1e-12));
+    }
+  CHECK(cn::default_scale(v, 16) == doctest::Approx(0.25));
+  CHECK(cn::default_scale(cn::t5_bias<double>(d, {}, rows::Zero(1, 32)), 16) == 1.0);
+  CHECK(cn::default_scale(lrpe::rope_gptj<double>(4), 16) == doctest::Approx(0.25));
+}
