@@ -156,7 +156,7 @@ struct test_shaw {
 static_assert(lrpe::additive_encoding<test_alibi<float>>);
 static_assert(lrpe::value_encoding<test_shaw<double>>);
 static_assert(!lrpe::additive_encoding<test_shaw<double>>);
-static_assert(lrpe::feature_encoding<lrpe::type8<float>>);
+static_assert(lrpe::is_linearizable_encoding_v<lrpe::type8<float>>);
 static_assert(!lrpe::is_linearizable_encoding_v<test_alibi<float>>);
 
 /// One random problem: sizes, positions (offset or array), causal flag, tile.

@@ -2,7 +2,8 @@
  * @file linear.hpp
  * `lrpe::linear_attention`: linear attention with an LRPE encoder (paper Eq. 39).
  *
- * With q̃_s = M_s φ(q_s) and k̃_t = M_t φ(k_t) (real view for complex encoders) and
+ * With q̃_s = M_s φ(q_s) and k̃_t = M_t φ(k_t) (real view for complex encoders; for other
+ * linearizable encodings q̃ = φ_q(φ(q_s), s), k̃ = φ_k(φ(k_t), t), canonical/linearizable.hpp) and
  * w_st = λ^{pos_s − pos_t} (1 without decay),
  *
  *     num_s = Σ_{t visible} w_st (q̃_s·k̃_t) v_t = Σ_t w_st φ(q_s)ᵀ W_{t−s} φ(k_t) v_t
@@ -30,21 +31,21 @@ inline namespace v0 {
 
 namespace detail {
 
-/// φ then the encoder, for every row: n×d → n×d_f.
+/// φ then the encoding's features on one side, for every row: n×d → n×d_f.
 template <class T, class Encoding, class Phi>
 row_matrix<T> linear_features(const Encoding& encoding, const Phi& phi, const matrix_view<const T>& x,
-                              const positions& pos) {
+                              const positions& pos, canonical::side which) {
   const index_t d = x.cols;
   if constexpr (std::is_same_v<Encoding, no_encoding>) {
     row_matrix<T> out(x.rows, d);
     for (index_t i = 0; i < x.rows; ++i) apply_feature_map(phi, x.row(i), out.row(i).data(), d);
     return out;
   } else {
-    row_matrix<T> out(x.rows, static_cast<index_t>(encoding.feature_dim()));
+    row_matrix<T> out(x.rows, canonical::feature_dim(encoding));
     small_buffer<T> tmp(d);
     for (index_t i = 0; i < x.rows; ++i) {
       apply_feature_map(phi, x.row(i), tmp.data(), d);
-      encoding.encode_features(pos[i], tmp.data(), out.row(i).data());
+      encoding_features(encoding, which, tmp.data(), pos[i], out.row(i).data());
     }
     return out;
   }
@@ -93,7 +94,7 @@ void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<c
                     "must be 1 unless options.causal (the decay λ^{s−t} is defined for s ≥ t)", options.decay);
   const index_t f = [&] {
     if constexpr (std::is_same_v<Encoding, no_encoding>) return q.cols;
-    else return static_cast<index_t>(encoding.feature_dim());
+    else return canonical::feature_dim(encoding);
   }();
   if (state != nullptr) {
     require_parameter(options.causal, where, "options.causal", "must be true when a state is given", "false");
@@ -121,8 +122,8 @@ void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<c
   }
   if (q.rows == 0 && k.rows == 0) return;
 
-  const row_matrix<T> qf = linear_features<T>(encoding, phi, q, options.q_positions);
-  const row_matrix<T> kf = linear_features<T>(encoding, phi, k, options.k_positions);
+  const row_matrix<T> qf = linear_features<T>(encoding, phi, q, options.q_positions, canonical::side::query);
+  const row_matrix<T> kf = linear_features<T>(encoding, phi, k, options.k_positions, canonical::side::key);
   backend::linear_problem<T> problem{view(qf), view(kf), v, out, options.q_positions, options.k_positions,
                                      options.causal, options.norm, options.eps, options.chunk};
   if (options.causal && state == nullptr) {
@@ -141,7 +142,8 @@ void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<c
  * @param q, k, v  n_q×d, n_k×d, n_k×d_v (`matrix_view` or row-major Eigen), scalar T.
  * @param out      n_q×d_v (must not overlap the inputs).
  * @param encoding a linearizable encoding: any `lrpe::encoder` (complex ones through their real
- *                 view) or `no_encoding{}`. Anything else does not compile.
+ *                 view), `canonical::cosformer`, `canonical::transformer_xl`, ... (see
+ *                 `is_linearizable_encoding_v`) or `no_encoding{}`. Anything else does not compile.
  * @param phi      a `feature_map` (`feature_maps::elu_plus_one{}`, `relu{}`, `relu_eps{}`,
  *                 `identity{}`, or a lambda T(T)).
  * @param options  causal, normalisation, eps, chunk, decay, positions (`linear_options`).

@@ -5,9 +5,10 @@
  * [batch, seq, heads, d] (`bsnh`) memory. The multi-head entry points loop over batch × heads
  * and call the 2-D kernels on each head's strided `matrix_view`.
  *
- * Per-head parameters: the encoding argument is one encoding (shared), a random-access range
- * of encodings (one per head), or a callable `h -> encoding`; linear attention takes per-head
- * decays in `linear_options::head_decays`.
+ * Per-head parameters: the encoding argument is one encoding (shared), a per-head table with
+ * `heads()`/`head(h)` (canonical::alibi, t5_bias, urpe, transformer_xl, ...: head h uses
+ * `head(h)`; a one-head table is shared), a random-access range of encodings (one per head), or a
+ * callable `h -> encoding`; linear attention takes per-head decays in `linear_options::head_decays`.
  */
 #pragma once
 
@@ -77,10 +78,30 @@ void require_same_bh(const heads_view<T>& a, const heads_view<U>& b, const char*
                 concat("must have batch x heads = ", a.batch, "x", a.heads), concat(b.batch, "x", b.heads));
 }
 
-/// The encoding of head h: a callable h -> encoding, a range indexed by h, or a shared one.
+/// A per-head table (canonical alibi, t5_bias, urpe, ...): `heads()` and `head(h)` of the same type.
+template <class E>
+concept multi_head_table = requires(const E& e, index_t h) {
+  { e.heads() } -> std::convertible_to<index_t>;
+  { e.head(h) } -> std::same_as<E>;
+};
+
+/// Head h of a per-head table: `head(h)` when it has `heads` heads, itself when it has one.
+template <multi_head_table E>
+E table_head(const E& e, index_t h, index_t heads, const char* where, const char* arg) {
+  if (e.heads() == 1) return e;
+  require_shape(e.heads() == heads, where, arg, concat("must have 1 or ", heads, " heads (one per head)"), e.heads());
+  return e.head(h);
+}
+
+/**
+ * The encoding of head h: a callable h -> encoding, a range indexed by h, a per-head table
+ * (`heads()` / `head(h)`, e.g. canonical::alibi), or one encoding shared by every head.
+ */
 template <class E>
 decltype(auto) head_encoding(const E& e, index_t h, index_t heads, const char* where) {
-  if constexpr (std::is_invocable_v<const E&, index_t>) {
+  if constexpr (multi_head_table<E>) {
+    return table_head(e, h, heads, where, "encoding.heads()");
+  } else if constexpr (std::is_invocable_v<const E&, index_t>) {
     return e(h);
   } else if constexpr (std::ranges::random_access_range<const E> && std::ranges::sized_range<const E>) {
     require_shape(static_cast<index_t>(std::ranges::size(e)) == heads, where, "encodings.size()",
@@ -101,7 +122,8 @@ heads_view<const T> as_const_heads(const heads_view<T>& x) noexcept {
 /**
  * Multi-head softmax attention: for every (b, h), `softmax_attention` on the head's strided
  * views with encoding `head_encoding(encodings, h)` and the same options (positions are shared
- * by every batch entry and head).
+ * by every batch entry and head). A per-head reweighting (`canonical::urpe` with `heads()` heads)
+ * uses `reweight.head(h)`.
  */
 template <class TQ, class TK, class TV, class T, class Encodings, class Reweight = no_reweighting,
           class Backend = backend::reference>
@@ -117,11 +139,15 @@ void softmax_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const h
   detail::require_same_bh(q, k, where, "k");
   detail::require_same_bh(q, v, where, "v");
   detail::require_same_bh(q, out, where, "out");
-  for (index_t b = 0; b < q.batch; ++b) {
-    for (index_t h = 0; h < q.heads; ++h) {
+  softmax_options<Reweight> head_options = options;
+  for (index_t h = 0; h < q.heads; ++h) {
+    if constexpr (detail::multi_head_table<Reweight>) {
+      head_options.reweight = detail::table_head(options.reweight, h, q.heads, where, "options.reweight.heads()");
+    }
+    for (index_t b = 0; b < q.batch; ++b) {
       softmax_attention(detail::as_const_heads(q).head(b, h), detail::as_const_heads(k).head(b, h),
                         detail::as_const_heads(v).head(b, h), out.head(b, h),
-                        detail::head_encoding(encodings, h, q.heads, where), options, backend);
+                        detail::head_encoding(encodings, h, q.heads, where), head_options, backend);
     }
   }
 }

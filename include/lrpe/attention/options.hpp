@@ -6,6 +6,7 @@
 #pragma once
 
 #include <lrpe/backend/reference/tag.hpp>
+#include <lrpe/canonical/linearizable.hpp>
 #include <lrpe/core/error.hpp>
 #include <lrpe/core/relative.hpp>
 #include <lrpe/core/view.hpp>
@@ -92,24 +93,22 @@ struct linear_options {
 };
 
 /**
- * An encoding with a per-position real feature map whose dot products are its scores
- * (every `lrpe::encoder`: x ↦ real view of M_s x). These are the linearizable encodings.
+ * True when linear attention can use `E`: `no_encoding`, or a linearizable relative encoding
+ * (`canonical::is_linearizable_v`: every `lrpe::encoder`, `canonical::multiplicative`,
+ * `canonical::cosformer`, `canonical::transformer_xl`, or a user type that opts in with
+ * `is_linearizable = true`, `feature_dim()` and `features(side, x, position, out)`).
  */
 template <class E>
-concept feature_encoding =
-    real_scalar<typename E::scalar> &&
-    requires(const E& e, position_t s, const typename E::scalar* x, typename E::scalar* y) {
-      { e.dim() } -> std::convertible_to<index_t>;
-      { e.feature_dim() } -> std::convertible_to<index_t>;
-      e.encode_features(s, x, y);
-    };
-
-/// True when linear attention can use `E` (a `feature_encoding` or `no_encoding`).
-template <class E>
 inline constexpr bool is_linearizable_encoding_v =
-    std::same_as<E, no_encoding> || feature_encoding<E>;
+    std::same_as<E, no_encoding> || canonical::is_linearizable_v<E>;
 
 namespace detail {
+
+/// Features of one row on one side: φ_q(x, s) or φ_k(x, t) (the real view of M_s x for encoders).
+template <class E, class T>
+void encoding_features(const E& e, canonical::side which, const T* x, position_t pos, T* out) {
+  canonical::features(e, which, x, pos, out);
+}
 
 template <class E>
 concept has_default_scale = requires(const E& e, index_t d) {

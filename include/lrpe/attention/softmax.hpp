@@ -9,7 +9,7 @@
  * |---|---|---|---|
  * | `no_encoding` | q·k | 0 | tile GEMM |
  * | `additive_encoding` (ALiBi, T5, tables) | q·k | `bias(s, t)` | tile GEMM + bias per entry |
- * | `feature_encoding` (every `lrpe::encoder`) | x̃_s·x̃_t, real view of M_s x | 0 | encode Q, K once, tile GEMM |
+ * | linearizable (every `lrpe::encoder`, cosFormer, Transformer-XL) | φ_q(q_s, s)·φ_k(k_t, t) (real view of M_s x for encoders) | 0 | features of Q, K once, tile GEMM |
  * | other `relative_encoding` (Shaw, DeBERTa, XL) | `score(q, s, k, t)` | 0 | per pair |
  *
  * `value_encoding`s (Shaw's a^V) add their value term; `options.reweight` is URPE's C.
@@ -74,7 +74,8 @@ auto const_tile_map(const matrix_view<const T>& x, index_t r0, index_t r1) {
  *                 matrices / maps / blocks; the same scalar T (float or double).
  * @param out      n_q×d_v output (must not overlap the inputs).
  * @param encoding `no_encoding{}`, an `lrpe::encoder`, or any `relative_encoding` (see the table
- *                 above); its `dim()` must equal d; its scalar must be T.
+ *                 above; e.g. `canonical::alibi`, `t5_bias`, `shaw`, `deberta_v2`); its `dim()`
+ *                 must equal d; its scalar must be T.
  * @param options  causal, scale, positions, tile, URPE reweighting (`softmax_options`).
  *
  * Fully masked rows (no visible key, including n_k = 0) are zero; n_q = 0 is a no-op.
@@ -102,7 +103,7 @@ void softmax_attention(const Q& q_in, const K& k_in, const V& v_in, O&& out_in, 
                 "lrpe::softmax_attention: options.reweight must be callable as c(s, t) -> double "
                 "or have a member weight(s, t)");
   constexpr bool is_none = std::is_same_v<Encoding, no_encoding>;
-  static_assert(is_none || relative_encoding<Encoding> || feature_encoding<Encoding>,
+  static_assert(is_none || relative_encoding<Encoding> || canonical::is_linearizable_v<Encoding>,
                 "lrpe::softmax_attention: the encoding must be lrpe::no_encoding, an lrpe::encoder, "
                 "or satisfy lrpe::relative_encoding (core/relative.hpp)");
   if constexpr (!is_none) {
@@ -155,11 +156,13 @@ void softmax_attention(const Q& q_in, const K& k_in, const V& v_in, O&& out_in, 
       }
     };
     backend::softmax_kernel(backend, problem, logits, value_term, options.reweight);
-  } else if constexpr (feature_encoding<Encoding>) {
-    const index_t f = encoding.feature_dim();
+  } else if constexpr (canonical::is_linearizable_v<Encoding>) {
+    const index_t f = canonical::feature_dim(encoding);
     row_matrix<T> qf(q.rows, f), kf(k.rows, f);
-    for (index_t i = 0; i < q.rows; ++i) encoding.encode_features(options.q_positions[i], q.row(i), qf.row(i).data());
-    for (index_t j = 0; j < k.rows; ++j) encoding.encode_features(options.k_positions[j], k.row(j), kf.row(j).data());
+    for (index_t i = 0; i < q.rows; ++i)
+      detail::encoding_features(encoding, canonical::side::query, q.row(i), options.q_positions[i], qf.row(i).data());
+    for (index_t j = 0; j < k.rows; ++j)
+      detail::encoding_features(encoding, canonical::side::key, k.row(j), options.k_positions[j], kf.row(j).data());
     backend::softmax_kernel(backend, problem, dot_logits(view(std::as_const(qf)), view(std::as_const(kf))),
                             value_term, options.reweight);
   } else {

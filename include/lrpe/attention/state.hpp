@@ -3,7 +3,8 @@
  * `lrpe::linear_attention_state`: the d_f×d_v state of causal linear attention, for O(d_f·d_v)
  * per-token decoding and for splitting a sequence across calls, shards or machines.
  *
- * After keys t_1 ≤ … ≤ t_m (features k̃ = M_t φ(k)) the state holds, with p = t_m,
+ * After keys t_1 ≤ … ≤ t_m (features k̃ = M_t φ(k), or φ_k of a linearizable encoding) the
+ * state holds, with p = t_m,
  *
  *     S = Σ_j λ^{p − t_j} k̃_j v_jᵀ   (d_f × d_v),   z = Σ_j λ^{p − t_j} k̃_j   (d_f),
  *
@@ -201,7 +202,7 @@ class linear_attention_state {
   template <class Encoding, class Phi>
   void append(const Encoding& encoding, const Phi& phi, const T* k, const T* v, position_t t) {
     detail::small_buffer<T> kf(feature_dim());
-    encode(encoding, phi, k, t, kf.data(), "lrpe::linear_attention_state::append");
+    encode(encoding, phi, k, t, kf.data(), canonical::side::key, "lrpe::linear_attention_state::append");
     append_features(kf.data(), v, t);
   }
 
@@ -240,7 +241,7 @@ class linear_attention_state {
   void query(const Encoding& encoding, const Phi& phi, const T* q, position_t s, T* out,
              normalisation norm = normalisation::none, double eps = 1e-6) const {
     detail::small_buffer<T> qf(feature_dim());
-    encode(encoding, phi, q, s, qf.data(), "lrpe::linear_attention_state::query");
+    encode(encoding, phi, q, s, qf.data(), canonical::side::query, "lrpe::linear_attention_state::query");
     query_features(qf.data(), s, out, norm, eps);
   }
 
@@ -263,23 +264,23 @@ class linear_attention_state {
 
   template <class Encoding, class Phi>
   void encode(const Encoding& encoding, const Phi& phi, const T* x, position_t s, T* features,
-              const char* where) const {
+              canonical::side which, const char* where) const {
     static_assert(is_linearizable_encoding_v<Encoding>,
                   "lrpe::linear_attention_state: the encoding is not linearizable (it has no "
                   "per-position feature map); use softmax_attention (docs/attention.md)");
     static_assert(feature_map<Phi, T>, "lrpe::linear_attention_state: phi must satisfy lrpe::feature_map");
     if constexpr (std::is_same_v<Encoding, no_encoding>) {
       detail::apply_feature_map(phi, x, features, feature_dim());
-    } else {
+    } else if constexpr (is_linearizable_encoding_v<Encoding>) {
       static_assert(std::is_same_v<typename Encoding::scalar, T>,
                     "lrpe::linear_attention_state: the encoding's scalar must be the state's");
-      detail::require_shape(static_cast<index_t>(encoding.feature_dim()) == feature_dim(), where,
+      detail::require_shape(canonical::feature_dim(encoding) == feature_dim(), where,
                             "encoding.feature_dim()", detail::concat("must equal feature_dim() = ", feature_dim()),
-                            encoding.feature_dim());
+                            canonical::feature_dim(encoding));
       const index_t d = encoding.dim();
       detail::small_buffer<T> tmp(d);
       detail::apply_feature_map(phi, x, tmp.data(), d);
-      encoding.encode_features(s, tmp.data(), features);
+      detail::encoding_features(encoding, which, tmp.data(), s, features);
     }
   }
 

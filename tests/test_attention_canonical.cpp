@@ -1,0 +1,245 @@
+// Attention with the canonical variants (canonical/): softmax with ALiBi, T5, Toeplitz tables,
+// Shaw (value term), DeBERTa, Transformer-XL, cosFormer and multiplicative encoders, and URPE's
+// post-softmax C, against a naive long-double reference built from each variant's own direct
+// formula (score / bias); linear attention and streaming with the linearizable ones
+// (cosFormer, Transformer-XL's asymmetric φ_q ≠ φ_k, multiplicative) against the quadratic sum
+// of scores; per-head tables in multi-head views.
+#include <lrpe/lrpe.hpp>
+#include <lrpe/canonical/canonical.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+namespace {
+
+using lrpe::index_t;
+using lrpe::position_t;
+namespace cn = lrpe::canonical;
+template <class T>
+using rm = lrpe::row_matrix<T>;
+using ld = long double;
+
+template <class T>
+rm<T> random_matrix(lrpe::generator& g, index_t r, index_t c, double sigma = 1.0) {
+  rm<T> m(r, c);
+  for (index_t i = 0; i < r; ++i)
+    for (index_t j = 0; j < c; ++j) m(i, j) = static_cast<T>(sigma * g.normal());
+  return m;
+}
+
+template <class T>
+double tolerance() {
+  return std::is_same_v<T, float> ? 2e-4 : 1e-11;
+}
+
+template <class T>
+double rel_error(const rm<T>& a, const rm<ld>& b) {
+  REQUIRE(a.rows() == b.rows());
+  REQUIRE(a.cols() == b.cols());
+  ld err = 0, mag = 0;
+  for (index_t i = 0; i < a.rows(); ++i)
+    for (index_t j = 0; j < a.cols(); ++j) {
+      if (!std::isfinite(static_cast<double>(a(i, j)))) return INFINITY;
+      err = std::max(err, std::abs(static_cast<ld>(a(i, j)) - b(i, j)));
+      mag = std::max(mag, std::abs(b(i, j)));
+    }
+  return static_cast<double>(err / (1 + mag));
+}
+
+/**
+ * Naive softmax with the variant's direct formula: logit = scale·score for general variants,
+ * scale·(score − bias) + bias for additive ones; URPE's c multiplies the normalised weight.
+ */
+template <class T, class V, class C = std::nullptr_t>
+rm<ld> naive(const V& var, const rm<T>& q, const rm<T>& k, const rm<T>& v, const lrpe::softmax_options<>& o,
+             double scale, const C& c = nullptr) {
+  rm<ld> out = rm<ld>::Zero(q.rows(), v.cols());
+  std::vector<ld> l(static_cast<std::size_t>(k.rows()));
+  std::vector<T> vt(static_cast<std::size_t>(v.cols()));
+  for (index_t i = 0; i < q.rows(); ++i) {
+    const position_t s = o.q_positions[i];
+    ld m = -INFINITY;
+    for (index_t j = 0; j < k.rows(); ++j) {
+      const position_t t = o.k_positions[j];
+      if (o.causal && t > s) {
+        l[j] = -INFINITY;
+        continue;
+      }
+      const ld score = var.score(q.row(i).data(), s, k.row(j).data(), t);
+      if constexpr (lrpe::additive_encoding<V>) {
+        const ld b = var.bias(s, t);
+        l[j] = scale * (score - b) + b;
+      } else {
+        l[j] = scale * score;
+      }
+      m = std::max(m, l[j]);
+    }
+    if (m == -INFINITY) continue;
+    ld z = 0;
+    for (index_t j = 0; j < k.rows(); ++j) z += std::exp(l[j] - m);
+    for (index_t j = 0; j < k.rows(); ++j) {
+      if (l[j] == -INFINITY) continue;
+      ld a = std::exp(l[j] - m) / z;
+      if constexpr (!std::is_same_v<C, std::nullptr_t>) a *= c.weight(s, o.k_positions[j]);
+      for (index_t e = 0; e < v.cols(); ++e) out(i, e) += a * static_cast<ld>(v(j, e));
+      if constexpr (lrpe::value_encoding<V>) {
+        std::fill(vt.begin(), vt.end(), T(0));
+        var.add_value_term(s, o.k_positions[j], T(1), vt.data());
+        for (index_t e = 0; e < v.cols(); ++e) out(i, e) += a * static_cast<ld>(vt[static_cast<std::size_t>(e)]);
+      }
+    }
+  }
+  return out;
+}
+
+/// Quadratic linear attention from the variant's direct score of φ(q), φ(k).
+template <class T, class V, class Phi>
+rm<ld> quadratic(const V& var, const Phi& phi, const rm<T>& q, const rm<T>& k, const rm<T>& v,
+                 const lrpe::linear_options& o) {
+  rm<ld> out = rm<ld>::Zero(q.rows(), v.cols());
+  std::vector<T> a(static_cast<std::size_t>(q.cols())), b(a.size());
+  for (index_t i = 0; i < q.rows(); ++i) {
+    for (index_t e = 0; e < q.cols(); ++e) a[static_cast<std::size_t>(e)] = static_cast<T>(phi(q(i, e)));
+    for (index_t j = 0; j < k.rows(); ++j) {
+      const position_t s = o.q_positions[i], t = o.k_positions[j];
+      if (o.causal && t > s) continue;
+      for (index_t e = 0; e < k.cols(); ++e) b[static_cast<std::size_t>(e)] = static_cast<T>(phi(k(j, e)));
+      ld w = var.score(a.data(), s, b.data(), t);
+      if (o.decay != 1.0) w *= std::pow(static_cast<ld>(o.decay), static_cast<ld>(s - t));
+      for (index_t e = 0; e < v.cols(); ++e) out(i, e) += w * static_cast<ld>(v(j, e));
+    }
+  }
+  return out;
+}
+
+template <class T>
+cn::transformer_xl<T> make_xl(lrpe::generator& g, index_t d, index_t heads) {
+  return cn::transformer_xl<T>(d, random_matrix<T>(g, heads, d, 0.3), random_matrix<T>(g, heads, d, 0.3),
+                               random_matrix<T>(g, heads * d, 2 * d, 0.3));
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("softmax with every canonical variant equals the naive direct formula", T, float, double) {
+  const std::uint64_t seed = 0xCA70'0001;
+  MESSAGE("seed = " << seed);
+  lrpe::generator g(seed);
+  const index_t d = 8;
+  const auto alibi = cn::alibi<T>::for_heads(d, 4).head(2);
+  const auto alibi_sym = cn::alibi<T>(d, {0.3}, cn::alibi_form::symmetric);
+  const cn::t5_bias<T> t5(d, cn::t5_buckets{16, 32, true}, random_matrix<T>(g, 2, 16));
+  const cn::toeplitz_bias<T> toeplitz(d, 5, random_matrix<T>(g, 1, 11));
+  const cn::shaw<T> shaw(d, 3, random_matrix<T>(g, 7, d, 0.5), random_matrix<T>(g, 7, d, 0.5));
+  const cn::deberta_v2<T> deberta(d, 2, cn::deberta_buckets{8, 16}, random_matrix<T>(g, 16, 2 * d, 0.5),
+                                  random_matrix<T>(g, 16, 2 * d, 0.5));
+  const auto xl = make_xl<T>(g, d, 2).head(1);
+  const cn::cosformer<T> cos(d, 64.0);
+  const cn::multiplicative<lrpe::type1<T>> mult{lrpe::type1<T>(d)};
+
+  const std::vector<position_t> packed{0, 1, 2, 3, 0, 1, 2, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9};  // three documents
+  for (int variant = 0; variant < 4; ++variant) {
+    CAPTURE(variant);
+    lrpe::softmax_options<> o;
+    o.causal = variant % 2 == 1;
+    o.tile = 5;
+    index_t nq = 1 + static_cast<index_t>(g.below(30)), nk = nq;
+    if (variant == 2) {  // KV cache: queries at n_past
+      nk = nq + 9;
+      o.q_positions = 9;
+    } else if (variant == 3) {
+      nq = nk = static_cast<index_t>(packed.size());
+      o.q_positions = packed;
+      o.k_positions = packed;
+    }
+    const rm<T> q = random_matrix<T>(g, nq, d), k = random_matrix<T>(g, nk, d), v = random_matrix<T>(g, nk, d);
+    rm<T> out(nq, d);
+    auto check = [&](const auto& var, const char* name) {
+      CAPTURE(name);
+      lrpe::softmax_attention(q, k, v, out, var, o);
+      CHECK(rel_error(out, naive(var, q, k, v, o, cn::default_scale(var, d))) <= tolerance<T>());
+    };
+    check(alibi, "alibi");
+    check(alibi_sym, "alibi symmetric");
+    check(t5.head(1), "t5");
+    check(toeplitz, "toeplitz");
+    check(shaw, "shaw");
+    check(deberta.head(1), "deberta");
+    check(xl, "transformer_xl");
+    check(cos, "cosformer");
+    check(mult, "multiplicative");
+
+    // URPE: A = softmax(scale·QKᵀ + B) ⊙ C with B a T5 bias, C per head
+    const cn::urpe<T> c(cn::urpe<T>::default_buckets, random_matrix<T>(g, 2, 64, 0.5));
+    lrpe::softmax_options<cn::urpe<T>> ou{o.causal, o.scale, o.q_positions, o.k_positions, o.tile, c.head(1)};
+    lrpe::softmax_attention(q, k, v, out, t5.head(0), ou);
+    CHECK(rel_error(out, naive(t5.head(0), q, k, v, o, 1.0, c.head(1))) <= tolerance<T>());
+  }
+}
+
+TEST_CASE_TEMPLATE("linear attention and streaming with linearizable canonical variants", T, float, double) {
+  const std::uint64_t seed = 0xCA70'0002;
+  MESSAGE("seed = " << seed);
+  lrpe::generator g(seed);
+  const index_t d = 6, n = 37;
+  const auto xl = make_xl<T>(g, d, 3).head(2);
+  const cn::cosformer<T> cos(d, 50.0);
+  const rm<T> q = random_matrix<T>(g, n, d), k = random_matrix<T>(g, n, d), v = random_matrix<T>(g, n, 4);
+  const lrpe::feature_maps::relu phi;
+  auto check = [&](const auto& var, const char* name) {
+    CAPTURE(name);
+    for (int variant = 0; variant < 3; ++variant) {
+      CAPTURE(variant);
+      lrpe::linear_options o{.causal = variant > 0, .chunk = 6, .decay = variant == 2 ? 0.8 : 1.0, .q_positions = 20, .k_positions = 20};
+      rm<T> out(n, 4);
+      lrpe::linear_attention(q, k, v, out, var, phi, o);
+      CHECK(rel_error(out, quadratic(var, phi, q, k, v, o)) <= tolerance<T>());
+      if (!o.causal) continue;
+      // streaming: the state uses φ_k on append and φ_q on query
+      lrpe::linear_attention_state<T> st(cn::feature_dim(var), 4, o.decay);
+      rm<T> streamed(n, 4);
+      for (index_t i = 0; i < n; ++i) {
+        st.append(var, phi, k.row(i).data(), v.row(i).data(), 20 + i);
+        st.query(var, phi, q.row(i).data(), 20 + i, streamed.row(i).data());
+      }
+      CHECK(rel_error(streamed, quadratic(var, phi, q, k, v, o)) <= tolerance<T>());
+    }
+  };
+  check(xl, "transformer_xl");
+  check(cos, "cosformer");
+  check(cn::multiplicative<lrpe::type7<T>>(lrpe::type7<T>(d)), "multiplicative type7");
+}
+
+TEST_CASE_TEMPLATE("multi-head: per-head tables (ALiBi slopes, URPE C) pick head(h)", T, float, double) {
+  const std::uint64_t seed = 0xCA70'0003;
+  MESSAGE("seed = " << seed);
+  lrpe::generator g(seed);
+  const index_t B = 2, H = 4, N = 9, D = 4;
+  std::vector<T> qb(B * H * N * D), kb(qb.size()), vb(qb.size()), ob(qb.size());
+  for (auto* buf : {&qb, &kb, &vb})
+    for (auto& x : *buf) x = static_cast<T>(g.normal());
+  const auto alibi = cn::alibi<T>::for_heads(D, H);
+  const auto c = cn::urpe<T>(cn::urpe<T>::default_buckets, random_matrix<T>(g, H, 64, 0.5));
+  const lrpe::softmax_options<cn::urpe<T>> o{.causal = true, .tile = 4, .reweight = c};
+  auto make = [&](T* p) { return lrpe::bsnh(p, B, N, H, D); };
+  lrpe::softmax_attention(make(qb.data()), make(kb.data()), make(vb.data()), make(ob.data()), alibi, o);
+  for (index_t b = 0; b < B; ++b)
+    for (index_t h = 0; h < H; ++h) {
+      const auto hv = [&](std::vector<T>& buf) { return make(buf.data()).head(b, h); };
+      rm<T> out(N, D);
+      lrpe::softmax_options<cn::urpe<T>> oh = o;
+      oh.reweight = c.head(h);
+      lrpe::softmax_attention(lrpe::matrix_view<const T>(hv(qb)), lrpe::matrix_view<const T>(hv(kb)),
+                              lrpe::matrix_view<const T>(hv(vb)), lrpe::view(out), alibi.head(h), oh);
+      bool same = true;
+      for (index_t s = 0; s < N; ++s)
+        for (index_t i = 0; i < D; ++i) same = same && hv(ob)(s, i) == out(s, i);
+      CHECK(same);
+    }
+  // a table whose head count matches neither 1 nor H is an error
+  const auto three = cn::alibi<T>::for_heads(D, 3);
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention(make(qb.data()), make(kb.data()), make(vb.data()), make(ob.data()), three),
+                       doctest::Contains("'encoding.heads()'"), lrpe::shape_error);
+}
