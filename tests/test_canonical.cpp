@@ -440,3 +440,29 @@ TEST_CASE_TEMPLATE("canonical: a user variant composed from primitives is a rela
   CHECK(f.dense_w(3).rows() == 4);
   CHECK_THROWS_AS(cn::term(cn::identity_map<T>(3), cn::identity_op<T>(4), cn::identity_map<T>(3)), lrpe::shape_error);
 }
+
+TEST_CASE_TEMPLATE("canonical: features stay exact at positions near 10^6 (angles formed in double)", T, float, double) {
+  const std::uint64_t seed = 1111;
+  INFO("seed = " << seed);
+  rng r(seed);
+  const index_t d = 4, dm = 6;
+  const cn::cosformer<T> cosf(d, 100.0);
+  const cn::transformer_xl<T> xl(d, r.template mat<T>(1, d), r.template mat<T>(1, d), r.template mat<T>(d, dm, 0.5));
+  for (position_t base : {position_t{1'000'000}, position_t{-1'000'003}}) {
+    CAPTURE(base);
+    const position_t s = base + r.integer(-50, 50), t = base + r.integer(-50, 50);
+    const auto q = r.template vec<T>(d), k = r.template vec<T>(d);
+    // cosFormer oracle: (q·k) cos(π(t − s)/(2M)), only the offset enters
+    const ld ref = dot_ld(q.data(), k.data(), d) * std::cos(std::numbers::pi_v<ld> * static_cast<ld>(t - s) / 200);
+    std::vector<T> fq(static_cast<std::size_t>(2 * d)), fk(fq.size());
+    cn::features(cosf, cn::side::query, q.data(), s, fq.data());
+    cn::features(cosf, cn::side::key, k.data(), t, fk.data());
+    CHECK(std::abs(static_cast<double>(dot_ld(fq.data(), fk.data(), 2 * d) - ref)) <= 10 * eps_of<T>());
+    // Transformer-XL: features at large positions == the direct formula at small ones
+    std::vector<T> gq(static_cast<std::size_t>(d + dm)), gk(gq.size());
+    cn::features(xl, cn::side::query, q.data(), s, gq.data());
+    cn::features(xl, cn::side::key, k.data(), t, gk.data());
+    const double direct = xl.score(q.data(), s - base, k.data(), t - base);
+    CHECK(std::abs(static_cast<double>(dot_ld(gq.data(), gk.data(), d + dm)) - direct) <= 50 * eps_of<T>() * (1 + std::abs(direct)));
+  }
+}

@@ -65,11 +65,15 @@ class multiplicative {
 template <class E>
 multiplicative(E) -> multiplicative<E>;
 
-/// The canonical form of a variant (`v.canonical()`), or of a bare encoder (as multiplicative).
+/// The canonical form of a variant (`v.canonical()`), of a bare encoder (as multiplicative), or
+/// a `canonical_form` itself (a copy).
 template <class V>
 [[nodiscard]] auto canonical_form_of(const V& v) {
   if constexpr (is_encoder_v<V>) return multiplicative<V>(v).canonical();
-  else return v.canonical();
+  else if constexpr (requires { v.canonical(); }) return v.canonical();
+  else if constexpr (requires { v.dense_w(position_t{0}); v.q_hat(nullptr); }) return v;
+  else static_assert(is_encoder_v<V>, "lrpe::canonical::canonical_form_of: V has no canonical form "
+                                      "(not an lrpe::encoder, a variant with canonical(), or a canonical_form)");
 }
 
 }  // namespace canonical
