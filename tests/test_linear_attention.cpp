@@ -4,6 +4,8 @@
 // chunk sizes 1, 7, 64, n; feature maps; long decayed sequences; multi-head views; errors.
 #include <lrpe/lrpe.hpp>
 
+#include "attention_helpers.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -13,6 +15,9 @@
 
 namespace {
 
+using attention_test::random_matrix;
+using attention_test::rel_error;
+
 using lrpe::index_t;
 using lrpe::position_t;
 template <class T>
@@ -20,31 +25,8 @@ using rm = lrpe::row_matrix<T>;
 using ld = long double;
 
 template <class T>
-rm<T> random_matrix(lrpe::generator& g, index_t r, index_t c) {
-  rm<T> m(r, c);
-  for (index_t i = 0; i < r; ++i)
-    for (index_t j = 0; j < c; ++j) m(i, j) = static_cast<T>(g.normal());
-  return m;
-}
-
-template <class T>
 double tolerance() {
   return std::is_same_v<T, float> ? 3e-5 : 1e-13;
-}
-
-/// max |a − b| / (1 + max |b|) over all entries (scale-free; the sums grow with n).
-template <class T>
-double rel_error(const rm<T>& a, const rm<ld>& b) {
-  REQUIRE(a.rows() == b.rows());
-  REQUIRE(a.cols() == b.cols());
-  ld err = 0, mag = 0;
-  for (index_t i = 0; i < a.rows(); ++i)
-    for (index_t j = 0; j < a.cols(); ++j) {
-      if (!std::isfinite(static_cast<double>(a(i, j)))) return INFINITY;
-      err = std::max(err, std::abs(static_cast<ld>(a(i, j)) - b(i, j)));
-      mag = std::max(mag, std::abs(b(i, j)));
-    }
-  return static_cast<double>(err / (1 + mag));
 }
 
 template <class T, class Phi>

@@ -3,6 +3,8 @@
 // split, and segment-by-segment calls (sequence sharding) equal one call on the whole sequence.
 #include <lrpe/lrpe.hpp>
 
+#include "attention_helpers.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -10,18 +12,12 @@
 
 namespace {
 
+using attention_test::random_matrix;
+
 using lrpe::index_t;
 using lrpe::position_t;
 template <class T>
 using rm = lrpe::row_matrix<T>;
-
-template <class T>
-rm<T> random_matrix(lrpe::generator& g, index_t r, index_t c) {
-  rm<T> m(r, c);
-  for (index_t i = 0; i < r; ++i)
-    for (index_t j = 0; j < c; ++j) m(i, j) = static_cast<T>(g.normal());
-  return m;
-}
 
 template <class T>
 double max_rel(const rm<T>& a, const rm<T>& b) {
