@@ -14,6 +14,7 @@
 #include <lrpe/core/view.hpp>
 
 #include <lrpe/freq/schedules.hpp>
+#include <lrpe/freq/scaling.hpp>
 
 #include <lrpe/p/dct.hpp>
 #include <lrpe/p/dense.hpp>

@@ -1,0 +1,142 @@
+/**
+ * @file scaling.hpp
+ * RoPE context-extension scalings of a frequency schedule, as HF transformers'
+ * `modeling_rope_utils.py` defines them (linear, dynamic NTK, YaRN, llama3). Each takes the
+ * unscaled θ (e.g. `freq::rope(dim/2, base)`) or its parameters and returns the scaled θ, to be
+ * passed to `lambda::rotation` or a RoPE preset's θ argument.
+ *
+ * | scaling | θ'_k |
+ * |---|---|
+ * | `linear(θ, f)` | θ_k / f (position interpolation) |
+ * | `dynamic_ntk_base(base, f, L, L_max, dim)` | a new base: base·((f·L/L_max) − (f − 1))^(dim/(dim−2)) when L > L_max |
+ * | `yarn(θ, f, L_orig, base, β_fast = 32, β_slow = 1)` | θ/f·ramp + θ·(1 − ramp), ramp over the correction range |
+ * | `llama3(θ, f = 8, low = 1, high = 4, L_orig = 8192)` | θ/f for long wavelengths, θ for short, smooth between |
+ *
+ * Two caveats users hit (HF issues 25104, 25306): dynamic NTK changes the base with the current
+ * length L, so keys cached under the old base are inconsistent with queries under the new one —
+ * re-encode the cache or fix L; YaRN also scales cos and sin by `yarn_attention_factor(f)`
+ * (0.1·ln f + 1), which is not unitary: lrpe keeps encoders unitary and leaves that factor to the
+ * attention scale (multiply the softmax scale by its square).
+ */
+#pragma once
+
+#include <lrpe/freq/schedules.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <span>
+#include <vector>
+
+namespace lrpe {
+inline namespace v0 {
+namespace freq {
+
+namespace detail_ {
+inline void require_factor(double factor, const char* where) {
+  if (!std::isfinite(factor)) throw domain_error(detail::concat(where, ": argument 'factor' must be finite; got ", factor));
+  detail::require_parameter(factor >= 1.0, where, "factor", "must be >= 1", factor);
+}
+inline void require_positive(double x, const char* where, const char* arg) {
+  if (!std::isfinite(x)) throw domain_error(detail::concat(where, ": argument '", arg, "' must be finite; got ", x));
+  detail::require_parameter(x > 0, where, arg, "must be > 0", x);
+}
+}  // namespace detail_
+
+/// Linear scaling (position interpolation): θ_k / factor.
+inline std::vector<double> linear(std::span<const double> theta, double factor) {
+  constexpr const char* where = "lrpe::freq::linear";
+  detail_::require_factor(factor, where);
+  std::vector<double> out = user(theta);
+  for (auto& x : out) x /= factor;
+  return out;
+}
+
+/**
+ * Dynamic NTK: the base to use at current length `length` (unchanged while length ≤ max_length):
+ * base·((factor·L/L_max) − (factor − 1))^(dim/(dim−2)).
+ * Example: base 1e4, factor 2, L 8192, L_max 4096, dim 128 → 30527.74.
+ */
+inline double dynamic_ntk_base(double base, double factor, double length, double max_length, index_t dim) {
+  constexpr const char* where = "lrpe::freq::dynamic_ntk_base";
+  detail_::require_base(base, where);
+  detail_::require_factor(factor, where);
+  detail_::require_positive(length, where, "length");
+  detail_::require_positive(max_length, where, "max_length");
+  detail::require_shape(dim > 2 && dim % 2 == 0, where, "dim", "must be even and > 2", dim);
+  if (length <= max_length) return base;
+  const auto d = static_cast<double>(dim);
+  return base * std::pow(factor * length / max_length - (factor - 1.0), d / (d - 2.0));
+}
+
+/// YaRN's correction dimension for `rotations` full turns over `original_length`:
+/// dim·ln(L_orig/(2π r)) / (2 ln base).
+inline double yarn_correction_dim(double rotations, index_t dim, double base, double original_length) {
+  return static_cast<double>(dim) * std::log(original_length / (2.0 * std::numbers::pi * rotations)) /
+         (2.0 * std::log(base));
+}
+
+/**
+ * YaRN ("NTK-by-parts"): θ'_k = θ_k/factor·ramp_k + θ_k·(1 − ramp_k), with
+ * ramp_k = clamp((k − low)/(high − low), 0, 1), low = ⌊corr(β_fast)⌋, high = ⌈corr(β_slow)⌉ clipped
+ * to [0, dim − 1] (dim = 2·θ.size()). High frequencies (small k) are kept, low ones interpolated.
+ */
+inline std::vector<double> yarn(std::span<const double> theta, double factor, double original_length,
+                                double base = 10000.0, double beta_fast = 32.0, double beta_slow = 1.0) {
+  constexpr const char* where = "lrpe::freq::yarn";
+  detail_::require_factor(factor, where);
+  detail_::require_base(base, where);
+  detail_::require_positive(original_length, where, "original_length");
+  detail_::require_positive(beta_fast, where, "beta_fast");
+  detail_::require_positive(beta_slow, where, "beta_slow");
+  std::vector<double> out = user(theta);
+  const auto dim = 2 * static_cast<index_t>(out.size());
+  detail::require_shape(dim >= 2, where, "theta.size()", "must be >= 1", out.size());
+  double low = std::floor(yarn_correction_dim(beta_fast, dim, base, original_length));
+  double high = std::ceil(yarn_correction_dim(beta_slow, dim, base, original_length));
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(dim - 1));
+  if (high == low) high += 0.001;  // as HF: avoid a zero-width ramp
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    const double ramp = std::clamp((static_cast<double>(k) - low) / (high - low), 0.0, 1.0);
+    out[k] = out[k] / factor * ramp + out[k] * (1.0 - ramp);
+  }
+  return out;
+}
+
+/// YaRN's attention factor 0.1·ln(factor) + 1 (1.138629 for factor 4); 1 for factor ≤ 1.
+inline double yarn_attention_factor(double factor) {
+  return factor <= 1.0 ? 1.0 : 0.1 * std::log(factor) + 1.0;
+}
+
+/**
+ * Llama 3 scaling: with wavelength λ_k = 2π/θ_k, θ_k/factor when λ_k > L_orig/low_freq_factor,
+ * θ_k when λ_k < L_orig/high_freq_factor, and between them
+ * (1 − s)·θ_k/factor + s·θ_k with s = (L_orig/λ_k − low)/(high − low).
+ */
+inline std::vector<double> llama3(std::span<const double> theta, double factor = 8.0, double low_freq_factor = 1.0,
+                                  double high_freq_factor = 4.0, double original_length = 8192.0) {
+  constexpr const char* where = "lrpe::freq::llama3";
+  detail_::require_factor(factor, where);
+  detail_::require_positive(low_freq_factor, where, "low_freq_factor");
+  detail_::require_positive(original_length, where, "original_length");
+  detail::require_parameter(high_freq_factor > low_freq_factor, where, "high_freq_factor",
+                            detail::concat("must be > low_freq_factor = ", low_freq_factor), high_freq_factor);
+  std::vector<double> out = user(theta);
+  const double low_wavelen = original_length / low_freq_factor;
+  const double high_wavelen = original_length / high_freq_factor;
+  for (auto& x : out) {
+    const double wavelen = 2.0 * std::numbers::pi / x;
+    if (wavelen > low_wavelen) {
+      x /= factor;
+    } else if (wavelen >= high_wavelen) {
+      const double s = (original_length / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+      x = (1.0 - s) * x / factor + s * x;
+    }
+  }
+  return out;
+}
+
+}  // namespace freq
+}  // namespace v0
+}  // namespace lrpe

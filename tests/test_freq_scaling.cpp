@@ -1,0 +1,75 @@
+// RoPE scalings (linear, dynamic NTK, YaRN, llama3) against the values and formulas published in
+// REFERENCE.md (read from HF transformers' modeling_rope_utils.py).
+#include <lrpe/lrpe.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <numbers>
+
+TEST_CASE("linear scaling divides every frequency by the factor") {
+  const auto theta = lrpe::freq::rope(32);
+  const auto s = lrpe::freq::linear(theta, 4);
+  for (std::size_t k = 0; k < theta.size(); ++k) CHECK(s[k] == doctest::Approx(theta[k] / 4).epsilon(1e-15));
+}
+
+TEST_CASE("dynamic NTK base: published example and no change within the trained length") {
+  CHECK(lrpe::freq::dynamic_ntk_base(1e4, 2, 8192, 4096, 128) == doctest::Approx(30527.74).epsilon(1e-6));
+  CHECK(lrpe::freq::dynamic_ntk_base(1e4, 2, 4096, 4096, 128) == 1e4);
+  CHECK(lrpe::freq::dynamic_ntk_base(1e4, 2, 100, 4096, 128) == 1e4);
+}
+
+TEST_CASE("YaRN: correction range, ramp and attention factor") {
+  // dim 128, base 1e4, L_orig 4096: corr(32) = 20.944..., corr(1) = 45.027... (REFERENCE.md).
+  CHECK(lrpe::freq::yarn_correction_dim(32, 128, 1e4, 4096) == doctest::Approx(20.944).epsilon(1e-4));
+  CHECK(lrpe::freq::yarn_correction_dim(1, 128, 1e4, 4096) == doctest::Approx(45.027).epsilon(1e-4));
+  CHECK(lrpe::freq::yarn_attention_factor(4) == doctest::Approx(1.138629).epsilon(1e-6));
+  CHECK(lrpe::freq::yarn_attention_factor(1) == 1.0);
+  const auto theta = lrpe::freq::rope(64, 1e4);
+  const auto y = lrpe::freq::yarn(theta, 4, 4096, 1e4);
+  // low = 20, high = 46: k ≤ 20 extrapolated (unchanged), k ≥ 46 interpolated (θ/4), linear between.
+  for (std::size_t k = 0; k <= 20; ++k) CHECK(y[k] == theta[k]);
+  for (std::size_t k = 46; k < 64; ++k) CHECK(y[k] == doctest::Approx(theta[k] / 4).epsilon(1e-15));
+  const double ramp = (33.0 - 20.0) / (46.0 - 20.0);
+  CHECK(y[33] == doctest::Approx(theta[33] / 4 * ramp + theta[33] * (1 - ramp)).epsilon(1e-15));
+}
+
+TEST_CASE("llama3: long wavelengths divided by the factor, short ones kept, continuous between") {
+  const auto theta = lrpe::freq::rope(64, 500000.0);
+  const auto l3 = lrpe::freq::llama3(theta);  // factor 8, low 1, high 4, L_orig 8192
+  int kept = 0, divided = 0, smoothed = 0;
+  for (std::size_t k = 0; k < theta.size(); ++k) {
+    const double wavelen = 2 * std::numbers::pi / theta[k];
+    if (wavelen < 8192.0 / 4) {
+      CHECK(l3[k] == theta[k]);
+      ++kept;
+    } else if (wavelen > 8192.0) {
+      CHECK(l3[k] == doctest::Approx(theta[k] / 8).epsilon(1e-15));
+      ++divided;
+    } else {
+      const double s = (8192.0 / wavelen - 1) / (4 - 1);
+      CHECK(l3[k] == doctest::Approx((1 - s) * theta[k] / 8 + s * theta[k]).epsilon(1e-15));
+      CHECK(l3[k] < theta[k]);
+      CHECK(l3[k] > theta[k] / 8);
+      ++smoothed;
+    }
+  }
+  CHECK(kept > 0);
+  CHECK(divided > 0);
+  CHECK(smoothed > 0);
+}
+
+TEST_CASE("scalings validate their parameters") {
+  const auto theta = lrpe::freq::rope(4);
+  CHECK_THROWS_AS(lrpe::freq::linear(theta, 0.5), lrpe::parameter_error);
+  CHECK_THROWS_AS(lrpe::freq::linear(theta, NAN), lrpe::domain_error);
+  CHECK_THROWS_AS(lrpe::freq::dynamic_ntk_base(1e4, 2, 8192, 0, 128), lrpe::parameter_error);
+  CHECK_THROWS_AS(lrpe::freq::dynamic_ntk_base(1e4, 2, 8192, 4096, 3), lrpe::shape_error);
+  CHECK_THROWS_AS(lrpe::freq::yarn(theta, 4, -1), lrpe::parameter_error);
+  CHECK_THROWS_AS(lrpe::freq::llama3(theta, 8, 4, 1), lrpe::parameter_error);
+  const std::vector<double> bad{1.0, INFINITY};
+  CHECK_THROWS_AS(lrpe::freq::linear(bad, 2), lrpe::domain_error);
+  // A scaled schedule plugs into a RoPE encoder.
+  const lrpe::lambda::rotation<float> rot(8, lrpe::freq::yarn(theta, 4, 4096));
+  CHECK(rot.rotated_dim() == 8);
+}
