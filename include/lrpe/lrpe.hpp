@@ -32,5 +32,7 @@
 #include <lrpe/presets.hpp>
 
 #include <lrpe/check/check.hpp>
+
+#include <lrpe/interop/rope_conventions.hpp>
 #include <lrpe/attention/attention.hpp>
 #include <lrpe/canonical/canonical.hpp>
