@@ -14,3 +14,5 @@
 
 #include <lrpe/backend/simd/tag.hpp>
 #include <lrpe/backend/simd/xsimd_compat.hpp>
+#include <lrpe/backend/simd/sincos.hpp>
+#include <lrpe/backend/simd/encode.hpp>

@@ -1,0 +1,345 @@
+/**
+ * @file encode.hpp
+ * SIMD encoders: `lrpe::simd_encoder<E, Arch>` and the backend-tagged free functions
+ * `lrpe::encode(backend, enc, x, pos, out)` and `lrpe::encode_qk(backend, enc, q, q_pos, k,
+ * k_pos, q_out, k_out)` (multi-head Q and K in one call).
+ *
+ * Contract: the same features as `enc.encode` (the reference backend) within a few float/double
+ * roundings (docs/backends.md states the tolerance the tests use); angles s·θ formed in double
+ * exactly as in the scalar path (sincos.hpp). Every (P, Λ) pair works:
+ *
+ * - Λ ∈ {rotation (both pairings), complex phase, permutation power, identity} and a real P:
+ *   vectorised Λ; P vectorised when it is identity, Householder, a permutation (odd-even
+ *   included), DCT or a real dense matrix, applied by its own `apply` otherwise. P and Λ run in
+ *   one pass over the data (P's result stays in an L1-resident row).
+ * - DFT P with complex-phase Λ (Type 8): the row-parallel FFT of encode_dft.hpp (d a power of
+ *   two ≤ 128).
+ * - everything else (a user Λ, a complex P with another Λ, long double): the reference path,
+ *   `enc.encode_features` row by row — never a silent miscomputation. `simd_encoder<E>::path`
+ *   says which path a type takes, at compile time.
+ *
+ * Sharing: the per-position table (cos/sin of s·θ_k, or the indices of π^s) is filled once
+ * for a block of up to 64 positions and reused by every head and batch entry, and by K when K
+ * has the same positions as Q. Memory: no heap allocation per call except the kernels' small
+ * parameter copies (a permutation's d indices; the d² matrix of a DCT/dense P); the table and
+ * the scratch row live on the stack (32 KiB). Hold a `simd_encoder` to make repeated calls
+ * allocation-free.
+ */
+#pragma once
+
+#include <lrpe/attention/multihead.hpp>
+#include <lrpe/backend/reference/tag.hpp>
+#include <lrpe/backend/simd/detail/kernels.hpp>
+#include <lrpe/backend/simd/encode_dft.hpp>
+#include <lrpe/backend/simd/tag.hpp>
+#include <lrpe/detail/small_buffer.hpp>
+#include <lrpe/encoder.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <type_traits>
+#include <vector>
+
+namespace lrpe {
+inline namespace v0 {
+
+/// How `simd_encoder<E, Arch>` encodes.
+enum class simd_path {
+  vectorised,         ///< P and Λ both have SIMD kernels
+  lambda_vectorised,  ///< Λ vectorised, P applied by its own scalar `apply` in the same pass
+  row_fft,            ///< Type 8: DFT across rows + phase (falls back per call if d is unsupported)
+  reference           ///< `enc.encode_features` row by row
+};
+
+/// Any `lrpe::encoder<P, L>`, presets included.
+template <class E>
+concept lrpe_encoder = requires {
+  typename E::p_type;
+  typename E::lambda_type;
+  typename E::scalar;
+} && std::is_base_of_v<encoder<typename E::p_type, typename E::lambda_type>, E>;
+
+namespace backend::simd_detail {
+
+template <class P, class L, class Arch>
+constexpr simd_path choose_path() {
+  using T = typename P::scalar;
+  if constexpr (!simd_scalar_v<T>) {
+    return simd_path::reference;
+  } else if constexpr (std::is_same_v<P, p::dft<T>> && std::is_same_v<L, lambda::complex_phase<T>>) {
+    return simd_path::row_fft;
+  } else if constexpr (P::is_complex || !l_kernel<Arch, L>::vectorised) {
+    return simd_path::reference;
+  } else if constexpr (p_kernel<Arch, P>::vectorised) {
+    return simd_path::vectorised;
+  } else {
+    return simd_path::lambda_vectorised;
+  }
+}
+
+/// Positions of two sources are the same for `rows` rows.
+inline bool same_positions(const positions& a, const positions& b, index_t rows) {
+  if (!a.is_array() && !b.is_array()) return a.offset() == b.offset();
+  for (index_t i = 0; i < rows; ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
+/// One (input, output) pair of matrices encoded at the same positions.
+template <class T>
+struct job {
+  matrix_view<const T> x;
+  matrix_view<T> out;
+};
+
+}  // namespace backend::simd_detail
+
+/**
+ * An encoder prepared for the SIMD backend: kernels built once (a permutation's indices, a
+ * dense P's matrix, FFT twiddles), then any number of allocation-free `encode`/`encode_qk`
+ * calls. Holds a reference to `enc`, which must outlive it. Thread-safe to share (const calls).
+ * @tparam E    an lrpe encoder (preset or `encoder<P, L>`).
+ * @tparam Arch xsimd arch; default: the best one this translation unit is compiled for.
+ */
+template <lrpe_encoder E, class Arch = xsimd::default_arch>
+class simd_encoder {
+ public:
+  using scalar = typename E::scalar;
+  using p_type = typename E::p_type;
+  using lambda_type = typename E::lambda_type;
+  using arch_type = Arch;
+  /// Which path this encoder takes (compile time; `row_fft` still checks d at run time).
+  static constexpr simd_path path = backend::simd_detail::choose_path<p_type, lambda_type, Arch>();
+
+  explicit simd_encoder(const E& enc) : enc_(&enc) {
+    if constexpr (path == simd_path::vectorised || path == simd_path::lambda_vectorised) {
+      pk_.emplace(enc.p());
+      lk_.emplace(enc.lambda());
+    } else if constexpr (path == simd_path::row_fft) {
+      if (dft_kernel::supports(enc.dim())) dft_.emplace(enc.dim(), enc.lambda());
+    }
+  }
+
+  [[nodiscard]] const E& encoding() const noexcept { return *enc_; }
+  /// True when calls run SIMD code (false: the reference path).
+  [[nodiscard]] bool vectorised() const noexcept {
+    if constexpr (path == simd_path::row_fft) return dft_.has_value();
+    return path != simd_path::reference;
+  }
+
+  /**
+   * Row i of `out` gets the real features of row i of `x` at position `pos[i]`: the same as
+   * `enc.encode(x, pos, out)`. `out` must not overlap `x`.
+   * @throws shape_error on mismatched sizes.
+   */
+  void encode(matrix_view<const scalar> x, positions pos, matrix_view<scalar> out) const {
+    constexpr const char* where = "lrpe::simd_encoder::encode";
+    check(x, out, pos, where, "x", "out");
+    const backend::simd_detail::job<scalar> j{x, out};
+    run(&j, 1, x.rows, pos);
+  }
+
+  /**
+   * Multi-head Q and K in one call: every (batch, head) matrix of q (k) is encoded at `q_pos`
+   * (`k_pos`) into q_out (k_out). The per-position table is computed once per block of
+   * positions and shared by all heads and batch entries, and by Q and K when their positions
+   * agree (same seq length and same positions).
+   * @throws shape_error on mismatched sizes.
+   */
+  void encode_qk(heads_view<const scalar> q, positions q_pos, heads_view<const scalar> k, positions k_pos,
+                 heads_view<scalar> q_out, heads_view<scalar> k_out) const {
+    constexpr const char* where = "lrpe::simd_encoder::encode_qk";
+    check_heads(q, q_out, q_pos, where, "q", "q_out");
+    check_heads(k, k_out, k_pos, where, "k", "k_out");
+    using J = backend::simd_detail::job<scalar>;
+    const index_t nq = q.batch * q.heads, nk = k.batch * k.heads;
+    const bool shared = q.seq == k.seq && backend::simd_detail::same_positions(q_pos, k_pos, q.seq);
+    // Job lists on the stack for up to 64 (batch × head) matrices of each; beyond, on the heap.
+    constexpr index_t stack_jobs = 128;
+    J stack[stack_jobs];
+    std::vector<J> heap;
+    J* jobs = stack;
+    if (nq + nk > stack_jobs) {
+      heap.resize(static_cast<std::size_t>(nq + nk));
+      jobs = heap.data();
+    }
+    index_t n = 0;
+    for (index_t bb = 0; bb < q.batch; ++bb)
+      for (index_t h = 0; h < q.heads; ++h) jobs[n++] = J{q.head(bb, h), q_out.head(bb, h)};
+    for (index_t bb = 0; bb < k.batch; ++bb)
+      for (index_t h = 0; h < k.heads; ++h) jobs[n++] = J{k.head(bb, h), k_out.head(bb, h)};
+    if (shared) {
+      run(jobs, nq + nk, q.seq, q_pos);
+    } else {
+      run(jobs, nq, q.seq, q_pos);
+      run(jobs + nq, nk, k.seq, k_pos);
+    }
+  }
+
+ private:
+  using pk_type = backend::simd_detail::p_kernel<Arch, p_type>;
+  using lk_type = backend::simd_detail::l_kernel<Arch, lambda_type>;
+  using dft_kernel = backend::simd_detail::dft_phase_kernel<Arch, scalar>;
+  struct none {
+    template <class... A>
+    explicit none(const A&...) {}
+  };
+  static constexpr bool has_pl = path == simd_path::vectorised || path == simd_path::lambda_vectorised;
+  static constexpr bool has_fft = path == simd_path::row_fft;
+
+  void check(const matrix_view<const scalar>& x, const matrix_view<scalar>& out, const positions& pos,
+             const char* where, const char* xn, const char* on) const {
+    validate(x, where, xn);
+    validate(out, where, on);
+    const index_t d = enc_->dim(), f = enc_->feature_dim();
+    detail::require_shape(x.cols == d, where, xn, detail::concat("must have dim() = ", d, " columns"), x.cols);
+    detail::require_shape(out.cols == f, where, on, detail::concat("must have feature_dim() = ", f, " columns"),
+                          out.cols);
+    detail::require_shape(out.rows == x.rows, where, on, detail::concat("must have ", x.rows, " rows"), out.rows);
+    pos.require_rows(x.rows, where);
+  }
+  void check_heads(const heads_view<const scalar>& x, const heads_view<scalar>& out, const positions& pos,
+                   const char* where, const char* xn, const char* on) const {
+    detail::require_shape(x.batch >= 0 && x.heads >= 0, where, xn, "must have non-negative batch and heads",
+                          detail::concat(x.batch, "x", x.heads));
+    detail::require_shape(out.batch == x.batch && out.heads == x.heads, where, on,
+                          detail::concat("must have ", x.batch, " batch entries and ", x.heads, " heads"),
+                          detail::concat(out.batch, "x", out.heads));
+    if (x.batch > 0 && x.heads > 0) check(x.head(0, 0), out.head(0, 0), pos, where, xn, on);
+  }
+
+  /// Encodes `count` jobs of `rows` rows each, all at positions `pos`.
+  void run(const backend::simd_detail::job<scalar>* jobs, index_t count, index_t rows, const positions& pos) const {
+    if (count == 0 || rows == 0) return;
+    if constexpr (has_pl) {
+      run_table(jobs, count, rows, pos, *lk_, [&](const auto* tab, const scalar* x, scalar* y, scalar* scratch) {
+        if constexpr (pk_type::is_identity) {
+          lk_->apply(tab, x, y);
+        } else if constexpr (lk_type::is_identity) {
+          pk_->apply(x, y);
+        } else {
+          pk_->apply(x, scratch);
+          lk_->apply(tab, scratch, y);
+        }
+      });
+      return;
+    } else if constexpr (has_fft) {
+      if (dft_) {
+        run_fft(jobs, count, rows, pos);
+        return;
+      }
+    }
+    for (index_t j = 0; j < count; ++j)
+      for (index_t i = 0; i < rows; ++i) enc_->encode_features(pos[i], jobs[j].x.row(i), jobs[j].out.row(i));
+  }
+
+  static constexpr std::size_t table_bytes = 32 * 1024;
+  static constexpr index_t max_block = 64;
+
+  /// Rows per position block for a table row of `row_bytes` bytes (≥ 1).
+  static index_t block_rows(std::size_t row_bytes) noexcept {
+    if (row_bytes == 0) return max_block;
+    return std::clamp<index_t>(static_cast<index_t>(table_bytes / row_bytes), 1, max_block);
+  }
+
+  template <class LK, class RowFn>
+  void run_table(const backend::simd_detail::job<scalar>* jobs, index_t count, index_t rows, const positions& pos,
+                 const LK& lk, RowFn&& row_fn) const {
+    using entry = typename LK::entry;
+    const index_t tw = lk.table_width();
+    const std::size_t row_bytes = static_cast<std::size_t>(tw) * sizeof(entry);
+    alignas(64) unsigned char stack[table_bytes];
+    std::vector<entry> heap;  // only when one table row exceeds 32 KiB (d > 4096 float)
+    entry* table = reinterpret_cast<entry*>(stack);
+    if (row_bytes > table_bytes) {
+      heap.resize(static_cast<std::size_t>(tw));
+      table = heap.data();
+    }
+    const index_t block = block_rows(row_bytes);
+    detail::small_buffer<double> c(lk.angle_count()), s(lk.angle_count());
+    detail::small_buffer<scalar> scratch(enc_->dim());
+    for (index_t r0 = 0; r0 < rows; r0 += block) {
+      const index_t m = std::min(block, rows - r0);
+      for (index_t r = 0; r < m; ++r) lk.fill(pos[r0 + r], table + r * tw, c.data(), s.data());
+      for (index_t j = 0; j < count; ++j) {
+        const auto& jb = jobs[j];
+        for (index_t r = 0; r < m; ++r) row_fn(table + r * tw, jb.x.row(r0 + r), jb.out.row(r0 + r), scratch.data());
+      }
+    }
+  }
+
+  void run_fft(const backend::simd_detail::job<scalar>* jobs, index_t count, index_t rows, const positions& pos) const {
+    const auto& lk = dft_->phase();
+    const index_t tw = lk.table_width();
+    constexpr index_t lanes = dft_kernel::lanes;
+    const std::size_t row_bytes = static_cast<std::size_t>(tw) * sizeof(scalar);
+    alignas(64) unsigned char stack[table_bytes];
+    scalar* table = reinterpret_cast<scalar*>(stack);
+    // d ≤ 128 here, so a table row is ≤ 1 KiB; blocks are whole groups of `lanes` rows.
+    const index_t block = std::max<index_t>(lanes, block_rows(row_bytes) / lanes * lanes);
+    detail::small_buffer<double> c(lk.angle_count()), s(lk.angle_count());
+    for (index_t r0 = 0; r0 < rows; r0 += block) {
+      const index_t m = std::min(block, rows - r0);
+      for (index_t r = 0; r < m; ++r) lk.fill(pos[r0 + r], table + r * tw, c.data(), s.data());
+      for (index_t j = 0; j < count; ++j) {
+        const auto& jb = jobs[j];
+        if (!dft_kernel::stride_ok(jb.x.row_stride)) {
+          for (index_t r = 0; r < m; ++r) enc_->encode_features(pos[r0 + r], jb.x.row(r0 + r), jb.out.row(r0 + r));
+          continue;
+        }
+        for (index_t g = 0; g < m; g += lanes)
+          dft_->apply_rows(jb.x.row(r0 + g), jb.x.row_stride, std::min(lanes, m - g), table + g * tw, tw,
+                           jb.out.row(r0 + g), jb.out.row_stride);
+      }
+    }
+  }
+
+  const E* enc_;
+  std::optional<std::conditional_t<has_pl, pk_type, none>> pk_;
+  std::optional<std::conditional_t<has_pl, lk_type, none>> lk_;
+  std::optional<std::conditional_t<has_fft, dft_kernel, none>> dft_;
+};
+
+// ------------------------------------------------------------------ backend-tagged entry points
+
+/// `enc.encode(x, pos, out)` on the reference backend.
+template <lrpe_encoder E>
+void encode(backend::reference, const E& enc, matrix_view<const typename E::scalar> x, positions pos,
+            matrix_view<typename E::scalar> out) {
+  enc.encode(x, pos, out);
+}
+
+/// SIMD encode of one n×d block (see `simd_encoder::encode`).
+template <class Arch, lrpe_encoder E>
+void encode(backend::simd<Arch>, const E& enc, matrix_view<const typename E::scalar> x, positions pos,
+            matrix_view<typename E::scalar> out) {
+  simd_encoder<E, Arch>(enc).encode(x, pos, out);
+}
+
+/// Q and K of every (batch, head) on the reference backend: `enc.encode` per head.
+template <lrpe_encoder E>
+void encode_qk(backend::reference, const E& enc, heads_view<const typename E::scalar> q, positions q_pos,
+               heads_view<const typename E::scalar> k, positions k_pos, heads_view<typename E::scalar> q_out,
+               heads_view<typename E::scalar> k_out) {
+  constexpr const char* where = "lrpe::encode_qk";
+  detail::require_shape(q_out.batch == q.batch && q_out.heads == q.heads, where, "q_out",
+                        "must have q's batch and heads", detail::concat(q_out.batch, "x", q_out.heads));
+  detail::require_shape(k_out.batch == k.batch && k_out.heads == k.heads, where, "k_out",
+                        "must have k's batch and heads", detail::concat(k_out.batch, "x", k_out.heads));
+  for (index_t b = 0; b < q.batch; ++b)
+    for (index_t h = 0; h < q.heads; ++h) enc.encode(q.head(b, h), q_pos, q_out.head(b, h));
+  for (index_t b = 0; b < k.batch; ++b)
+    for (index_t h = 0; h < k.heads; ++h) enc.encode(k.head(b, h), k_pos, k_out.head(b, h));
+}
+
+/// SIMD Q and K of every (batch, head) in one call (see `simd_encoder::encode_qk`).
+template <class Arch, lrpe_encoder E>
+void encode_qk(backend::simd<Arch>, const E& enc, heads_view<const typename E::scalar> q, positions q_pos,
+               heads_view<const typename E::scalar> k, positions k_pos, heads_view<typename E::scalar> q_out,
+               heads_view<typename E::scalar> k_out) {
+  simd_encoder<E, Arch>(enc).encode_qk(q, q_pos, k, k_pos, q_out, k_out);
+}
+
+}  // namespace v0
+}  // namespace lrpe

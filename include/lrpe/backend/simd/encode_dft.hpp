@@ -1,0 +1,163 @@
+/**
+ * @file encode_dft.hpp
+ * LRPE Type 8 (unitary DFT P, complex phase Λ) with SIMD across rows.
+ *
+ * "Vertical" SIMD: lane r of every vector belongs to row r of a group of `lanes` rows, so a
+ * radix-2 FFT written as if on scalars runs on all rows at once with no shuffles. Per group:
+ * rows are gathered column by column in bit-reversed order and scaled by 1/√d, log₂d
+ * decimation-in-time stages run on vectors (twiddles e^{−2πi t/d} from exactly reduced double
+ * angles, broadcast), the bins are scattered to a row-major scratch block, and the phase
+ * e^{i s θ_k} of each row's position (the driver's per-position table) is applied row-wise
+ * while writing [Re, Im] to the output. Widths that are not a power of two, or above
+ * `max_dim`, take the reference path (docs/backends.md).
+ */
+#pragma once
+
+#include <lrpe/backend/simd/detail/kernels.hpp>
+#include <lrpe/p/dft.hpp>
+
+#include <climits>
+#include <cmath>
+#include <numbers>
+#include <vector>
+
+namespace lrpe {
+inline namespace v0 {
+namespace backend {
+namespace simd_detail {
+
+template <class Arch, class T>
+class dft_phase_kernel {
+  using b = xsimd::batch<T, Arch>;
+  using ib = xsimd::batch<index_of_t<T>, Arch>;
+
+ public:
+  static constexpr index_t lanes = static_cast<index_t>(b::size);
+  /// Largest d with a SIMD path (the group's working set, 2·d·lanes scalars, stays on the stack).
+  static constexpr index_t max_dim = 128;
+
+  /// True when this kernel handles width d (a power of two in [2, max_dim]).
+  static constexpr bool supports(index_t d) noexcept { return d >= 2 && d <= max_dim && (d & (d - 1)) == 0; }
+
+  dft_phase_kernel(index_t d, const lambda::complex_phase<T>& l) : d_(d), phase_(l) {
+    log2d_ = 0;
+    while ((index_t{1} << log2d_) < d_) ++log2d_;
+    rev_.resize(static_cast<std::size_t>(d_));
+    for (index_t n = 0; n < d_; ++n) {
+      index_t r = 0;
+      for (int bit = 0; bit < log2d_; ++bit) r |= ((n >> bit) & 1) << (log2d_ - 1 - bit);
+      rev_[static_cast<std::size_t>(n)] = r;
+    }
+    tw_re_.resize(static_cast<std::size_t>(d_ / 2));
+    tw_im_.resize(static_cast<std::size_t>(d_ / 2));
+    for (index_t t = 0; t < d_ / 2; ++t) {
+      const double a = -2.0 * std::numbers::pi * static_cast<double>(t) / static_cast<double>(d_);
+      tw_re_[static_cast<std::size_t>(t)] = static_cast<T>(std::cos(a));
+      tw_im_[static_cast<std::size_t>(t)] = static_cast<T>(std::sin(a));
+    }
+    scale_ = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d_)));
+  }
+
+  const l_kernel<Arch, lambda::complex_phase<T>>& phase() const noexcept { return phase_; }
+
+  /// True when `lanes` rows `stride` apart can be addressed by one index vector.
+  static bool stride_ok(index_t stride) noexcept {
+    return stride >= 0 && static_cast<long double>(stride) * static_cast<long double>(lanes) <
+                              static_cast<long double>(std::numeric_limits<index_of_t<T>>::max());
+  }
+
+  /**
+   * Encodes m ≤ lanes rows: row r of x at x + r·x_stride, its table row at table + r·table_width,
+   * output row at y + r·y_stride (2d features).
+   */
+  void apply_rows(const T* x, index_t x_stride, index_t m, const T* table, index_t table_width,
+                  T* y, index_t y_stride) const noexcept {
+    alignas(64) T re[max_dim * lanes];
+    alignas(64) T im[max_dim * lanes];
+    alignas(64) index_of_t<T> off[lanes];
+    for (index_t r = 0; r < lanes; ++r)
+      off[r] = static_cast<index_of_t<T>>((r < m ? r : 0) * x_stride);  // idle lanes re-read row 0
+    const ib xoff = ib::load_aligned(off);
+    const b sc(scale_);
+    const index_t d = d_;
+    // Gather columns in bit-reversed order; stage 1 (w = 1, imaginary parts 0) fused in.
+    for (index_t n = 0; n < d; n += 2) {
+      const b a = b::gather(x + rev_[static_cast<std::size_t>(n)], xoff) * sc;
+      const b c = b::gather(x + rev_[static_cast<std::size_t>(n + 1)], xoff) * sc;
+      (a + c).store_aligned(re + n * lanes);
+      (a - c).store_aligned(re + (n + 1) * lanes);
+      const b z(T(0));
+      z.store_aligned(im + n * lanes);
+      z.store_aligned(im + (n + 1) * lanes);
+    }
+    for (index_t h = 2; h < d; h *= 2) {
+      const index_t step = d / (2 * h);
+      for (index_t j = 0; j < h; ++j) {
+        const b wr(tw_re_[static_cast<std::size_t>(j * step)]);
+        const b wi(tw_im_[static_cast<std::size_t>(j * step)]);
+        for (index_t start = 0; start < d; start += 2 * h) {
+          T* r0 = re + (start + j) * lanes;
+          T* i0 = im + (start + j) * lanes;
+          T* r1 = r0 + h * lanes;
+          T* i1 = i0 + h * lanes;
+          const b xr = b::load_aligned(r1), xi = b::load_aligned(i1);
+          const b br = xsimd::fms(xr, wr, xi * wi);
+          const b bi = xsimd::fma(xr, wi, xi * wr);
+          const b ar = b::load_aligned(r0), ai = b::load_aligned(i0);
+          (ar + br).store_aligned(r0);
+          (ai + bi).store_aligned(i0);
+          (ar - br).store_aligned(r1);
+          (ai - bi).store_aligned(i1);
+        }
+      }
+    }
+    // Bins to a row-major block (row r: re[d], im[d]), then the phase row by row into y.
+    alignas(64) T rows[2 * max_dim * lanes];
+    alignas(64) index_of_t<T> roff[lanes];
+    for (index_t r = 0; r < lanes; ++r) roff[r] = static_cast<index_of_t<T>>(r * 2 * d);
+    const ib yoff = ib::load_aligned(roff);
+    for (index_t k = 0; k < d; ++k) {
+      b::load_aligned(re + k * lanes).scatter(rows + k, yoff);
+      b::load_aligned(im + k * lanes).scatter(rows + d + k, yoff);
+    }
+    for (index_t r = 0; r < m; ++r)
+      phase_row(table + r * table_width, rows + r * 2 * d, y + r * y_stride);
+  }
+
+ private:
+  /// y = [Re, Im] of (re + i·im)·e^{iφ}: features ≥ e pass through.
+  void phase_row(const T* row, const T* z, T* y) const noexcept {
+    const index_t e = phase_.e_, d = d_;
+    const T* c = row;
+    const T* s = row + e;
+    const T* zr = z;
+    const T* zi = z + d;
+    index_t k = 0;
+    for (; k + lanes <= e; k += lanes) {
+      const b a = b::load_unaligned(zr + k), bb = b::load_unaligned(zi + k);
+      const b cv = b::load_unaligned(c + k), sv = b::load_unaligned(s + k);
+      xsimd::fms(a, cv, bb * sv).store_unaligned(y + k);
+      xsimd::fma(a, sv, bb * cv).store_unaligned(y + d + k);
+    }
+    for (; k < e; ++k) {
+      y[k] = zr[k] * c[k] - zi[k] * s[k];
+      y[d + k] = zr[k] * s[k] + zi[k] * c[k];
+    }
+    for (; k < d; ++k) {
+      y[k] = zr[k];
+      y[d + k] = zi[k];
+    }
+  }
+
+  index_t d_;
+  int log2d_ = 0;
+  l_kernel<Arch, lambda::complex_phase<T>> phase_;
+  std::vector<index_t> rev_;
+  std::vector<T> tw_re_, tw_im_;
+  T scale_;
+};
+
+}  // namespace simd_detail
+}  // namespace backend
+}  // namespace v0
+}  // namespace lrpe
