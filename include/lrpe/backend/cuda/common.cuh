@@ -1,0 +1,77 @@
+/**
+ * @file common.cuh
+ * Internal pieces shared by the attention kernels: the identity encoder description used for
+ * "no encoding", tile loaders that encode rows while loading them (LRPE fused into the Q/K
+ * loads), and a device binary search over positions.
+ */
+#pragma once
+
+#include <lrpe/backend/cuda/device_encoder.cuh>
+
+namespace lrpe {
+inline namespace v0 {
+namespace cuda {
+namespace detail {
+
+/// M_s = I on d features: what the kernels run for `no_encoding`.
+inline encoder_desc identity_desc(index_t d) {
+  encoder_desc e{};
+  e.d = static_cast<int>(d);
+  e.feature_dim = static_cast<int>(d);
+  return e;
+}
+
+/**
+ * Loads and encodes `rows` rows (seq rows r0..r0+rows−1 of head (b, h)) into a shared tile
+ * `tile[i·stride + c]` (c < feature_dim) with one warp per row; rows in [rows, tile_rows) are
+ * zero; `pos[i]` gets each row's position. Call with the whole block; ends without a barrier.
+ */
+template <class T>
+__device__ void load_encoded_tile(const encoder_desc& e, const device_feature_map& phi, const device_view<const T>& x,
+                                  const device_positions& xp, index_t b, index_t h, index_t r0, int rows,
+                                  int tile_rows, float* tile, int stride, position_t* pos, float* scratch) {
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  const int warps = static_cast<int>(blockDim.x >> 5);
+  float* xs = scratch + static_cast<index_t>(warp) * encode_scratch_floats(e.d);
+  for (int i = warp; i < tile_rows; i += warps) {
+    float* dst = tile + static_cast<index_t>(i) * stride;
+    if (i < rows) {
+      const position_t s = xp[r0 + i];
+      const T* src = x.row(b, h, r0 + i);
+      encode_row_warp(
+          e, s, [src, phi](int j) { return apply_phi(phi, to_float(src[j])); }, xs, xs + e.d, xs + 2 * e.d,
+          [dst](int c, float v) { dst[c] = v; });
+      if (lane == 0) pos[i] = s;
+    } else {
+      for (int c = lane; c < e.feature_dim; c += 32) dst[c] = 0.0f;
+      if (lane == 0) pos[i] = 0;
+    }
+  }
+}
+
+/// Loads columns [c0, c0 + cols) of `rows` value rows into `tile[j·cols + c]` (zeros outside).
+template <class T>
+__device__ void load_value_tile(const device_view<const T>& v, index_t b, index_t h, index_t r0, int rows, int tile_rows,
+                                int c0, int cols, float* tile) {
+  for (int e = static_cast<int>(threadIdx.x); e < tile_rows * cols; e += static_cast<int>(blockDim.x)) {
+    const int j = e / cols, c = e % cols;
+    tile[e] = (j < rows && c0 + c < v.dim) ? to_float(v.row(b, h, r0 + j)[c0 + c]) : 0.0f;
+  }
+}
+
+/// The first index i in [lo, hi) with p[i] > value (hi if none); p non-decreasing on [lo, hi).
+__device__ __forceinline__ index_t upper_bound_position(const device_positions& p, index_t lo, index_t hi,
+                                                        position_t value) {
+  while (lo < hi) {
+    const index_t mid = lo + (hi - lo) / 2;
+    if (p[mid] <= value) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+}  // namespace detail
+}  // namespace cuda
+}  // namespace v0
+}  // namespace lrpe

@@ -1,0 +1,265 @@
+/**
+ * @file encode_row.cuh
+ * Device side of the encoders: the flat description of an encoder M_s = Λ⁽ˢ⁾ P that kernels
+ * take by value (`encoder_desc`, built by `device_encoder`), the angle s·θ and its cos/sin,
+ * the feature maps φ, and `encode_row_warp`, which encodes one row with one warp.
+ *
+ * Math (docs/math.md, docs/cuda.md): row x at position s becomes the real features of
+ * M_s φ(x): M_s x itself for real encoders, [Re(M_s x), Im(M_s x)] (2d values) for complex
+ * ones, exactly as `lrpe::encoder::encode_features` on the CPU. Arithmetic is fp32; the angle
+ * s·θ is formed in double and reduced modulo 2π in double before a float sincos
+ * (`angle_mode::reduced_float`, default) or fed to a double sincos (`angle_mode::full_double`).
+ */
+#pragma once
+
+#include <lrpe/backend/cuda/types.cuh>
+
+namespace lrpe {
+inline namespace v0 {
+namespace cuda {
+
+/// How P acts on the device.
+enum class p_kind : int {
+  identity,     ///< y = x
+  householder,  ///< y = x − 2 (v·x) v; v in p_real (d)
+  gather,       ///< y[j] = x[π(j)] (permutation, odd-even); π in p_index (d)
+  dense_real,   ///< y = M x, M row-major d×d in p_real (DCT, user real P)
+  dft,          ///< y_k = Σ_n w[(k·n) mod d] x_n, w_m = e^{−2πi m/d}/√d in p_real/p_imag (d)
+  dense_complex ///< y = M x, M row-major d×d, Re in p_real, Im in p_imag (user complex P)
+};
+
+/// How Λ⁽ˢ⁾ acts on the device.
+enum class lambda_kind : int {
+  identity,           ///< Λ = I
+  rotation,           ///< `half` pairs rotated by s·θ_k; pairing interleaved or split-half
+  permutation_power,  ///< y[j] = x[π^s(j)] from cycle tables
+  complex_phase       ///< y_j = x_j e^{i s θ_j} for j < half (= number of phases)
+};
+
+/// Which trigonometry the device uses for cos/sin(s·θ).
+enum class angle_mode : int {
+  reduced_float,  ///< s·θ in double, reduced mod 2π in double, sincosf of the remainder (default)
+  full_double     ///< s·θ and sincos in double, then rounded to float (slower, closest to the CPU)
+};
+
+/**
+ * A flat, trivially copyable description of an encoder; every pointer is device memory owned
+ * by a `device_encoder`. Kernels take it by value.
+ */
+struct encoder_desc {
+  int d = 0;                ///< input width
+  int feature_dim = 0;      ///< d (real) or 2d (complex, [Re, Im])
+  bool is_complex = false;  ///< complex P or complex Λ
+  p_kind p = p_kind::identity;
+  const float* p_real = nullptr;
+  const float* p_imag = nullptr;
+  const int* p_index = nullptr;
+  lambda_kind lambda = lambda_kind::identity;
+  int half = 0;             ///< rotation: number of pairs (e/2); complex phase: number of phases
+  bool split_half = false;  ///< rotation pairing (k, k + half) instead of (2k, 2k+1)
+  const double* theta = nullptr;
+  const int* cycle_start = nullptr;  ///< permutation powers: per feature, start of its cycle in cycle_elems
+  const int* cycle_len = nullptr;    ///< per feature, its cycle length
+  const int* cycle_place = nullptr;  ///< per feature, its place in its cycle
+  const int* cycle_elems = nullptr;  ///< the cycles j0, π(j0), π²(j0), ... concatenated
+  angle_mode angles = angle_mode::reduced_float;
+};
+
+/// The feature map φ applied elementwise before the encoder (linear attention).
+enum class phi_kind : int { identity, elu_plus_one, relu, relu_eps };
+
+/// φ on the device: a kind and, for relu_eps, its ε.
+struct device_feature_map {
+  phi_kind kind = phi_kind::identity;
+  float eps = 0.0f;
+};
+
+namespace detail {
+
+__device__ __forceinline__ float apply_phi(const device_feature_map& phi, float x) {
+  switch (phi.kind) {
+    case phi_kind::elu_plus_one: return x > 0.0f ? x + 1.0f : expf(x);
+    case phi_kind::relu: return x > 0.0f ? x : 0.0f;
+    case phi_kind::relu_eps: return (x > 0.0f ? x : 0.0f) + phi.eps;
+    default: return x;
+  }
+}
+
+/**
+ * cos and sin of s·θ. The product is formed in double (one rounding, exact for |s| < 2^53 up
+ * to that rounding, as detail::angle_cos_sin on the CPU). `reduced_float`: k = rint(a/2π),
+ * r = a − k·2π with 2π split in two doubles (two fma), then sincosf(float(r)), |r| ≤ π:
+ * an extra error of about one float ulp of the angle over the CPU path.
+ */
+__device__ __forceinline__ void angle_cos_sin(position_t s, double theta, angle_mode mode, float& c, float& sn) {
+  const double a = static_cast<double>(s) * theta;
+  if (mode == angle_mode::full_double) {
+    double cd = 0, sd = 0;
+    sincos(a, &sd, &cd);
+    c = static_cast<float>(cd);
+    sn = static_cast<float>(sd);
+    return;
+  }
+  constexpr double inv_two_pi = 0.15915494309189533577;
+  constexpr double two_pi_hi = 6.283185307179586232;      // nearest double to 2π
+  constexpr double two_pi_lo = 2.4492935982947063697e-16;  // 2π − two_pi_hi
+  const double k = rint(a * inv_two_pi);
+  double r = fma(-k, two_pi_hi, a);
+  r = fma(-k, two_pi_lo, r);
+  sincosf(static_cast<float>(r), &sn, &c);
+}
+
+/// s mod len in [0, len) for any sign of s.
+__device__ __forceinline__ int reduce_mod(position_t s, int len) {
+  const auto r = static_cast<int>(s % static_cast<position_t>(len));
+  return r < 0 ? r + len : r;
+}
+
+/// Sum over the 32 lanes of a warp (every lane gets the sum).
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+/**
+ * Encodes one row with one warp (all 32 lanes must call it).
+ *
+ * @param e     the encoder.
+ * @param s     the row's position.
+ * @param load  `load(j) -> float`, the j-th input of the row after φ (j < d).
+ * @param xs    warp-private shared scratch of d floats.
+ * @param yr    warp-private shared scratch of d floats (Re of P x).
+ * @param yi    warp-private shared scratch of d floats (Im of P x; unused for real encoders).
+ * @param store `store(i, value)` for each of the feature_dim features, each exactly once.
+ *
+ * Every input is read into `xs` before the first `store`, so `store` may overwrite the
+ * input row (in-place encoding) when the row belongs to this warp alone.
+ */
+template <class Load, class Store>
+__device__ void encode_row_warp(const encoder_desc& e, position_t s, Load load, float* xs, float* yr, float* yi,
+                                Store store) {
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  const int d = e.d;
+  for (int j = lane; j < d; j += 32) xs[j] = load(j);
+  __syncwarp();
+
+  // ---- y = P x
+  switch (e.p) {
+    case p_kind::identity:
+      for (int j = lane; j < d; j += 32) yr[j] = xs[j];
+      break;
+    case p_kind::householder: {
+      float part = 0.0f;
+      for (int j = lane; j < d; j += 32) part += e.p_real[j] * xs[j];
+      const float two_dot = 2.0f * warp_sum(part);
+      for (int j = lane; j < d; j += 32) yr[j] = xs[j] - two_dot * e.p_real[j];
+      break;
+    }
+    case p_kind::gather:
+      for (int j = lane; j < d; j += 32) yr[j] = xs[e.p_index[j]];
+      break;
+    case p_kind::dense_real:
+      for (int k = lane; k < d; k += 32) {
+        const float* m = e.p_real + static_cast<index_t>(k) * d;
+        float acc = 0.0f;
+        for (int n = 0; n < d; ++n) acc += m[n] * xs[n];
+        yr[k] = acc;
+      }
+      break;
+    case p_kind::dft:
+      for (int k = lane; k < d; k += 32) {
+        float re = 0.0f, im = 0.0f;
+        int m = 0;  // (k·n) mod d, stepped by k: exact index, no large products
+        for (int n = 0; n < d; ++n) {
+          re += e.p_real[m] * xs[n];
+          im += e.p_imag[m] * xs[n];
+          m += k;
+          if (m >= d) m -= d;
+        }
+        yr[k] = re;
+        yi[k] = im;
+      }
+      break;
+    case p_kind::dense_complex:
+      for (int k = lane; k < d; k += 32) {
+        const float* mr = e.p_real + static_cast<index_t>(k) * d;
+        const float* mi = e.p_imag + static_cast<index_t>(k) * d;
+        float re = 0.0f, im = 0.0f;
+        for (int n = 0; n < d; ++n) {
+          re += mr[n] * xs[n];
+          im += mi[n] * xs[n];
+        }
+        yr[k] = re;
+        yi[k] = im;
+      }
+      break;
+  }
+  const bool p_complex = e.p == p_kind::dft || e.p == p_kind::dense_complex;
+  if (e.is_complex && !p_complex) {
+    for (int j = lane; j < d; j += 32) yi[j] = 0.0f;  // real P, complex Λ: lift to complex
+  }
+  __syncwarp();
+
+  // ---- out = Λ⁽ˢ⁾ y (real view [Re, Im] when complex)
+  const bool cplx = e.is_complex;
+  switch (e.lambda) {
+    case lambda_kind::identity:
+      for (int j = lane; j < d; j += 32) {
+        store(j, yr[j]);
+        if (cplx) store(d + j, yi[j]);
+      }
+      break;
+    case lambda_kind::rotation: {
+      const int half = e.half;
+      for (int k = lane; k < half; k += 32) {
+        float c = 0, sn = 0;
+        angle_cos_sin(s, e.theta[k], e.angles, c, sn);
+        const int i = e.split_half ? k : 2 * k;
+        const int j = e.split_half ? k + half : 2 * k + 1;
+        store(i, yr[i] * c - yr[j] * sn);
+        store(j, yr[j] * c + yr[i] * sn);
+        if (cplx) {
+          store(d + i, yi[i] * c - yi[j] * sn);
+          store(d + j, yi[j] * c + yi[i] * sn);
+        }
+      }
+      for (int j = 2 * half + lane; j < d; j += 32) {
+        store(j, yr[j]);
+        if (cplx) store(d + j, yi[j]);
+      }
+      break;
+    }
+    case lambda_kind::permutation_power:
+      for (int j = lane; j < d; j += 32) {
+        const int len = e.cycle_len[j];
+        int p = e.cycle_place[j] + reduce_mod(s, len);
+        if (p >= len) p -= len;
+        const int src = e.cycle_elems[e.cycle_start[j] + p];
+        store(j, yr[src]);
+        if (cplx) store(d + j, yi[src]);
+      }
+      break;
+    case lambda_kind::complex_phase:
+      for (int j = lane; j < d; j += 32) {
+        if (j < e.half) {
+          float c = 0, sn = 0;
+          angle_cos_sin(s, e.theta[j], e.angles, c, sn);
+          store(j, yr[j] * c - yi[j] * sn);
+          store(d + j, yr[j] * sn + yi[j] * c);
+        } else {
+          store(j, yr[j]);
+          store(d + j, yi[j]);
+        }
+      }
+      break;
+  }
+  __syncwarp();  // the scratch may be reused for the next row
+}
+
+/// Floats of warp-private scratch `encode_row_warp` needs for width d.
+LRPE_HOST_DEVICE constexpr index_t encode_scratch_floats(index_t d) noexcept { return 3 * d; }
+
+}  // namespace detail
+}  // namespace cuda
+}  // namespace v0
+}  // namespace lrpe

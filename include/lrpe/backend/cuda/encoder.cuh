@@ -1,0 +1,123 @@
+/**
+ * @file encoder.cuh
+ * The fused encoder kernel: Q and K (any preset, any `device_encoder`) encoded in one launch,
+ * one warp per row, positions by offset or device array, in place or out of place.
+ *
+ * q_out row (b, h, s) = features of M_{qp[s]} q row (b, h, s), and likewise for K with kp,
+ * exactly the CPU `encoder::encode_features` (real view [Re, Im] for complex encoders), computed
+ * in fp32 from fp32 / fp16 / bf16 storage and rounded once on store.
+ */
+#pragma once
+
+#include <lrpe/backend/cuda/device_encoder.cuh>
+
+#include <algorithm>
+
+namespace lrpe {
+inline namespace v0 {
+namespace cuda {
+namespace detail {
+
+inline constexpr int encode_threads = 256;  // 8 warps, one row each at a time
+
+/// Rows [0, nq) are Q rows, [nq, nq + nk) are K rows; a grid-stride loop of warps over them.
+template <class T>
+__global__ void __launch_bounds__(encode_threads)
+    encode_qk_kernel(encoder_desc e, device_view<const T> q, device_positions qp, device_view<T> qo,
+                     device_view<const T> k, device_positions kp, device_view<T> ko) {
+  extern __shared__ float smem[];
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  const int warps = static_cast<int>(blockDim.x >> 5);
+  float* xs = smem + static_cast<index_t>(warp) * encode_scratch_floats(e.d);
+  float* yr = xs + e.d;
+  float* yi = yr + e.d;
+  const index_t nq = q.rows(), total = nq + k.rows();
+  for (index_t r = static_cast<index_t>(blockIdx.x) * warps + warp; r < total;
+       r += static_cast<index_t>(gridDim.x) * warps) {
+    const bool is_q = r < nq;
+    const device_view<const T>& in = is_q ? q : k;
+    const device_view<T>& out = is_q ? qo : ko;
+    const index_t row = is_q ? r : r - nq;
+    const index_t s = row % in.seq;
+    const index_t h = (row / in.seq) % in.heads;
+    const index_t b = row / (in.seq * in.heads);
+    const T* x = in.row(b, h, s);
+    T* o = out.row(b, h, s);
+    const position_t pos = is_q ? qp[s] : kp[s];
+    encode_row_warp(
+        e, pos, [x](int j) { return to_float(x[j]); }, xs, yr, yi,
+        [o](int i, float v) { o[i] = from_float<T>(v); });
+  }
+}
+
+template <class T>
+void validate_encode_pair(const encoder_desc& e, const device_view<const T>& x, const device_view<T>& out,
+                          const char* where, const char* xn, const char* on) {
+  using ::lrpe::detail::concat;
+  validate_view(x, where, xn);
+  validate_view(out, where, on);
+  ::lrpe::detail::require_shape(x.dim == e.d, where, xn, concat("must have dim = encoder dim() = ", e.d), x.dim);
+  ::lrpe::detail::require_shape(out.dim == e.feature_dim, where, on,
+                                concat("must have dim = encoder feature_dim() = ", e.feature_dim), out.dim);
+  require_same_rows(out, x, where, on, xn);
+  const void* xb = x.data;
+  const void* ob = out.data;
+  if (xb == ob && x.rows() > 0) {
+    ::lrpe::detail::require_shape(
+        e.feature_dim == e.d && out.batch_stride == x.batch_stride && out.head_stride == x.head_stride &&
+            out.seq_stride == x.seq_stride,
+        where, on,
+        "may alias the input only for a real encoder (feature_dim() == dim()) with identical strides "
+        "(in-place encoding)",
+        concat("feature_dim ", e.feature_dim, ", dim ", e.d));
+  }
+}
+
+}  // namespace detail
+
+/**
+ * Encodes Q and K in one fused launch: q_out = features of M_{qp} q, k_out = features of M_{kp} k.
+ *
+ * @param e           the device encoder.
+ * @param q, k        batch × heads × seq × d device views (any strides, dim contiguous); empty allowed.
+ * @param qp, kp      positions of the seq rows (offset or device array), shared by all (b, h).
+ * @param q_out,k_out batch × heads × seq × feature_dim() views; may be the inputs themselves
+ *                    (in place) for real encoders with identical strides; must not otherwise overlap.
+ * @param stream      the stream the launch is queued on (asynchronous: nothing is synchronised).
+ * @throws shape_error on mismatched views; cuda_error on a failed launch.
+ */
+template <storage_type T>
+void encode(const device_encoder& e, device_view<const T> q, device_positions qp, device_view<T> q_out,
+            device_view<const T> k, device_positions kp, device_view<T> k_out, cudaStream_t stream = nullptr) {
+  constexpr const char* where = "lrpe::cuda::encode";
+  const encoder_desc& desc = e.desc();
+  detail::validate_encode_pair(desc, q, q_out, where, "q", "q_out");
+  detail::validate_encode_pair(desc, k, k_out, where, "k", "k_out");
+  const index_t total = q.rows() + k.rows();
+  if (total == 0) return;
+  // warps per block so that 3·d floats of scratch per warp stay within 48 KiB
+  const index_t per_warp = detail::encode_scratch_floats(desc.d) * static_cast<index_t>(sizeof(float));
+  const int warps = static_cast<int>(std::clamp<index_t>((48 * 1024) / per_warp, 1, detail::encode_threads / 32));
+  const auto shared = static_cast<std::size_t>(warps * per_warp);
+  int dev = 0, sms = 0;
+  LRPE_CUDA_CHECK(cudaGetDevice(&dev));
+  LRPE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const index_t wanted = (total + warps - 1) / warps;
+  const auto blocks = static_cast<unsigned>(std::min<index_t>(wanted, static_cast<index_t>(sms) * 32));
+  detail::encode_qk_kernel<T><<<blocks, static_cast<unsigned>(warps * 32), shared, stream>>>(desc, q, qp, q_out, k,
+                                                                                              kp, k_out);
+  LRPE_CUDA_CHECK_LAUNCH("lrpe::cuda::detail::encode_qk_kernel");
+}
+
+/// Encodes one tensor (x_out = features of M_p x); the same kernel with no K rows.
+template <storage_type T>
+void encode(const device_encoder& e, device_view<const T> x, device_positions p, device_view<T> x_out,
+            cudaStream_t stream = nullptr) {
+  device_view<const T> none_in(x.data, x.batch, x.heads, 0, x.dim, 0, 0, 0);
+  device_view<T> none_out(x_out.data, x.batch, x.heads, 0, x_out.dim, 0, 0, 0);
+  encode<T>(e, x, p, x_out, none_in, p, none_out, stream);
+}
+
+}  // namespace cuda
+}  // namespace v0
+}  // namespace lrpe
