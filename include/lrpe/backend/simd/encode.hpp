@@ -190,9 +190,18 @@ class simd_encoder {
 
   void check(const matrix_view<const scalar>& x, const matrix_view<scalar>& out, const positions& pos,
              const char* where, const char* xn, const char* on) const {
+    // Fast accept first: the diagnostics below build their messages eagerly (heap strings),
+    // which a steady-state call must not pay for.
+    const index_t d = enc_->dim(), f = enc_->feature_dim();
+    const auto view_ok = [](const auto& v) {
+      return v.rows >= 0 && v.cols >= 0 && (v.rows <= 1 || v.row_stride >= v.cols) &&
+             (v.rows == 0 || v.cols == 0 || v.data != nullptr);
+    };
+    if (view_ok(x) && view_ok(out) && x.cols == d && out.cols == f && out.rows == x.rows &&
+        (!pos.is_array() || pos.size() == x.rows))
+      return;
     validate(x, where, xn);
     validate(out, where, on);
-    const index_t d = enc_->dim(), f = enc_->feature_dim();
     detail::require_shape(x.cols == d, where, xn, detail::concat("must have dim() = ", d, " columns"), x.cols);
     detail::require_shape(out.cols == f, where, on, detail::concat("must have feature_dim() = ", f, " columns"),
                           out.cols);
@@ -201,6 +210,10 @@ class simd_encoder {
   }
   void check_heads(const heads_view<const scalar>& x, const heads_view<scalar>& out, const positions& pos,
                    const char* where, const char* xn, const char* on) const {
+    if (x.batch >= 0 && x.heads >= 0 && out.batch == x.batch && out.heads == x.heads) {
+      if (x.batch > 0 && x.heads > 0) check(x.head(0, 0), out.head(0, 0), pos, where, xn, on);
+      return;
+    }
     detail::require_shape(x.batch >= 0 && x.heads >= 0, where, xn, "must have non-negative batch and heads",
                           detail::concat(x.batch, "x", x.heads));
     detail::require_shape(out.batch == x.batch && out.heads == x.heads, where, on,

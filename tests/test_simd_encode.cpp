@@ -1,0 +1,347 @@
+// SIMD encoders (backend::simd<>) against the reference backend (enc.encode), for every preset,
+// the fused P·Λ chains and the fallbacks, in float and double, on random sizes (widths that are
+// not multiples of the vector width, odd d, partial rotary, n = 1), positions by offset and by
+// array, negative and near 10⁶; plus the exact-angle contract at position 10⁶ and the
+// no-allocation contract.
+//
+// Stated tolerance (docs/backends.md): |simd − reference| ≤ 2·d·ε(T) element-wise for inputs in
+// [−1, 1). Both paths form the same double angle s·θ; they differ only by FMA contraction, the
+// order of a dot product or FFT, and ≤ 1 double ulp in cos/sin — a few ε(T), far inside the bound,
+// while a wrong pairing, sign, table row or position is off by O(1).
+#include "reference.hpp"
+
+#include <lrpe/lrpe.hpp>
+#include <lrpe/backend/simd/encode.hpp>
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <limits>
+#include <new>
+#include <vector>
+
+// ---------------------------------------------------------------- allocation counter
+namespace {
+std::atomic<long> g_allocs{0};
+std::atomic<std::size_t> g_max_alloc{0};
+void note_alloc(std::size_t n) {
+  g_allocs.fetch_add(1, std::memory_order_relaxed);
+  std::size_t m = g_max_alloc.load(std::memory_order_relaxed);
+  while (n > m && !g_max_alloc.compare_exchange_weak(m, n)) {}
+}
+}  // namespace
+
+void* operator new(std::size_t n) {
+  note_alloc(n);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void* operator new[](std::size_t n) {
+  note_alloc(n);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+namespace {
+
+using lrpe::index_t;
+using lrpe::position_t;
+using simd = lrpe::backend::simd<>;
+
+template <class T>
+long double tol(index_t d) {
+  return 2.0L * static_cast<long double>(d) * std::numeric_limits<T>::epsilon();
+}
+
+/// Positions: by offset (random, negative, near ±10⁶) or by a random array.
+struct pos_case {
+  bool array;
+  position_t offset;
+  std::vector<position_t> values;
+  lrpe::positions get() const { return array ? lrpe::positions(values) : lrpe::positions(offset); }
+};
+
+pos_case random_positions(lrpe::generator& g, index_t n) {
+  pos_case p{};
+  const auto kind = g.below(5);
+  if (kind < 3) {
+    const position_t bases[] = {0, -7, 1'000'000 - n / 2};
+    p.array = false;
+    p.offset = bases[kind] + static_cast<position_t>(g.below(50));
+  } else {
+    p.array = true;
+    for (index_t i = 0; i < n; ++i)
+      p.values.push_back(static_cast<position_t>(g.below(2'000'001)) - 1'000'000);
+  }
+  return p;
+}
+
+/// Runs simd and reference on one (encoder, n, positions) case; returns the max |difference|.
+template <class E>
+long double simd_vs_reference(const E& e, index_t n, const pos_case& pc, std::uint64_t seed) {
+  using T = typename E::scalar;
+  const auto x = ref::random_rows<T>(n, e.dim(), seed);
+  const auto want = e.encode(x, pc.get());
+  lrpe::row_matrix<T> got = lrpe::row_matrix<T>::Constant(n, e.feature_dim(), T(1234));
+  lrpe::encode(simd{}, e, lrpe::view(x), pc.get(), lrpe::view(got));
+  return ref::max_abs_diff(got, want);
+}
+
+template <class E>
+E make(index_t d) {
+  return E(d);
+}
+
+/// Widths: tiny, odd, not multiples of 4/8/16, exact multiples, one above the FFT limit.
+constexpr index_t widths[] = {2, 3, 5, 8, 13, 16, 31, 33, 64, 65, 100, 128, 256};
+
+}  // namespace
+
+#define LRPE_PRESETS(T)                                                                        \
+  lrpe::type1<T>, lrpe::type2<T>, lrpe::type3<T>, lrpe::type4<T>, lrpe::type5<T>,              \
+      lrpe::type6<T>, lrpe::type7<T>, lrpe::type8<T>, lrpe::rope_gptj<T>, lrpe::rope_neox<T>, \
+      lrpe::permuteformer<T>
+
+TEST_CASE_TEMPLATE("simd encode == reference for every preset (random n, d, positions)", E,
+                   LRPE_PRESETS(float), LRPE_PRESETS(double)) {
+  using T = typename E::scalar;
+  lrpe::generator g(ref::seed(20261201));
+  for (index_t d : widths) {
+    const E e = make<E>(d);
+    for (int rep = 0; rep < 3; ++rep) {
+      const index_t n = rep == 0 ? 1 : 1 + static_cast<index_t>(g.below(90));
+      const pos_case pc = random_positions(g, n);
+      const long double err = simd_vs_reference(e, n, pc, g.next());
+      INFO("d = " << d << ", n = " << n << (pc.array ? ", position array" : ", offset ") << pc.offset);
+      CHECK(err <= tol<T>(d));
+    }
+  }
+  // Every preset takes a SIMD path (Type 8: d a power of two up to 128).
+  static_assert(lrpe::simd_encoder<E>::path != lrpe::simd_path::reference);
+  CHECK(lrpe::simd_encoder<E>(make<E>(64)).vectorised());
+}
+
+TEST_CASE_TEMPLATE("simd: partial rotary, custom θ, LRPE cosine and fused P·Λ chains == reference", T, float, double) {
+  lrpe::generator g(ref::seed(20261201) + 1);
+  long double worst = 0;
+  for (index_t d : widths) {
+    const index_t n = 1 + static_cast<index_t>(g.below(70));
+    const pos_case pc = random_positions(g, n);
+    const auto check = [&](const auto& e, const char* what) {
+      using E = std::remove_cvref_t<decltype(e)>;
+      const long double err = simd_vs_reference(e, n, pc, g.next());
+      INFO(what << ": d = " << d << ", n = " << n);
+      CHECK(err <= tol<T>(d));
+      worst = std::max(worst, err);
+      return lrpe::simd_encoder<E>::path;
+    };
+    if (d >= 4) {
+      const index_t rot = 2 * (1 + static_cast<index_t>(g.below(static_cast<std::uint64_t>(d / 2 - 1))));
+      check(lrpe::rope_gptj<T>(d, 10000.0, rot), "rope_gptj partial rotary");
+      check(lrpe::rope_neox<T>(d, 500000.0, rot), "rope_neox partial rotary");
+      check(lrpe::encoder(lrpe::p::householder<T>::seeded(d, 3),
+                          lrpe::lambda::rotation<T>(d, lrpe::freq::theta_c(rot, 512.0), lrpe::pairing::split_half)),
+            "householder x split-half theta_c");
+    }
+    const index_t e_phase = 1 + static_cast<index_t>(g.below(static_cast<std::uint64_t>(d)));
+    CHECK(check(lrpe::encoder(lrpe::p::identity<T>(d), lrpe::lambda::complex_phase<T>(d)), "LRPE cosine") ==
+          lrpe::simd_path::vectorised);
+    check(lrpe::encoder(lrpe::p::identity<T>(d), lrpe::lambda::complex_phase<T>(d, lrpe::freq::complex_phase(e_phase))),
+          "complex phase on a prefix");
+    check(lrpe::encoder(lrpe::p::householder<T>::seeded(d, 5), lrpe::lambda::complex_phase<T>(d)), "householder x phase");
+    check(lrpe::type8<T>(d, lrpe::freq::complex_phase(e_phase)), "type8 with a phase prefix");
+    check(lrpe::type8<T>(d, lrpe::p::dft_method::dense), "type8 dense DFT reference");
+    check(lrpe::encoder(lrpe::p::dct<T>(d), lrpe::lambda::rotation<T>(d, lrpe::freq::theta_a(d - d % 2))), "dct x rotation");
+    check(lrpe::encoder(lrpe::p::dct<T>(d), lrpe::lambda::permutation_power<T>::seeded(d, 9)), "dct x permutation power");
+    check(lrpe::encoder(lrpe::p::permutation<T>::seeded(d, 11),
+                        lrpe::lambda::rotation<T>(d, lrpe::freq::theta_a(d - d % 2), lrpe::pairing::split_half)),
+          "permutation x split-half");
+    check(lrpe::encoder(lrpe::p::permutation<T>::seeded(d, 12), lrpe::lambda::permutation_power<T>::seeded(d, 13)),
+          "permutation x permutation power");
+    check(lrpe::encoder(lrpe::p::householder<T>::seeded(d, 14), lrpe::lambda::identity<T>(d)), "householder alone");
+    check(lrpe::encoder(lrpe::p::dense<T>(lrpe::p::householder<T>::seeded(d, 15).matrix()),
+                        lrpe::lambda::rotation<T>(d, lrpe::freq::theta_a(d - d % 2))),
+          "dense P x rotation");
+  }
+  MESSAGE("worst |simd - reference| over the chains: " << static_cast<double>(worst));
+}
+
+namespace {
+/// A user Λ the SIMD backend does not know: sign flips on odd positions (a unitary family only
+/// for this test's purpose of exercising the fallback; Λ⁽⁰⁾ = I).
+template <class T>
+struct sign_lambda {
+  using scalar = T;
+  static constexpr bool is_complex = false;
+  index_t d;
+  index_t dim() const { return d; }
+  template <class V>
+  void apply(position_t s, const V* x, V* y) const {
+    for (index_t i = 0; i < d; ++i) y[i] = (s % 2 != 0 && i % 3 == 0) ? -x[i] : x[i];
+  }
+  lrpe::dense_matrix<T> matrix(position_t s) const {
+    lrpe::dense_matrix<T> m = lrpe::dense_matrix<T>::Identity(d, d);
+    for (index_t i = 0; i < d; i += 3)
+      if (s % 2 != 0) m(i, i) = -1;
+    return m;
+  }
+};
+/// A user P the SIMD backend does not know (reversal), followed by a SIMD Λ.
+template <class T>
+struct reverse_p {
+  using scalar = T;
+  using output_type = T;
+  static constexpr bool is_complex = false;
+  index_t d;
+  index_t dim() const { return d; }
+  void apply(const T* x, T* y) const {
+    for (index_t i = 0; i < d; ++i) y[i] = x[d - 1 - i];
+  }
+  void apply_adjoint(const T* y, T* x) const { apply(y, x); }
+  lrpe::dense_matrix<T> matrix() const { return lrpe::dense_matrix<T>::Identity(d, d).rowwise().reverse(); }
+};
+}  // namespace
+
+TEST_CASE_TEMPLATE("simd: encoders without a SIMD kernel fall back and stay exact", T, float, double) {
+  constexpr index_t d = 21, n = 17;
+  const pos_case pc{false, 3, {}};
+  // User Λ: the whole encoder goes through the reference path, bit for bit.
+  const lrpe::encoder user_l(lrpe::p::householder<T>::seeded(d, 1), sign_lambda<T>{d});
+  static_assert(lrpe::simd_encoder<decltype(user_l)>::path == lrpe::simd_path::reference);
+  CHECK(!lrpe::simd_encoder<decltype(user_l)>(user_l).vectorised());
+  CHECK(simd_vs_reference(user_l, n, pc, 1) == 0);
+  // Complex P with a real Λ: reference path.
+  const lrpe::encoder dft_rot(lrpe::p::dft<T>(16), lrpe::lambda::rotation<T>(16));
+  static_assert(lrpe::simd_encoder<decltype(dft_rot)>::path == lrpe::simd_path::reference);
+  CHECK(simd_vs_reference(dft_rot, n, pc, 2) == 0);
+  // User P with a SIMD Λ: P's own apply, then the vectorised rotation in the same pass.
+  const lrpe::encoder user_p(reverse_p<T>{d}, lrpe::lambda::rotation<T>(d, lrpe::freq::theta_a(20), lrpe::pairing::split_half));
+  static_assert(lrpe::simd_encoder<decltype(user_p)>::path == lrpe::simd_path::lambda_vectorised);
+  CHECK(simd_vs_reference(user_p, n, pc, 3) <= tol<T>(d));
+  // Type 8 at widths the row FFT does not take: per-call fallback, still equal.
+  for (index_t dd : {12, 256}) {
+    const lrpe::type8<T> t8(dd);
+    CHECK(!lrpe::simd_encoder<lrpe::type8<T>>(t8).vectorised());
+    CHECK(simd_vs_reference(t8, n, pc, 4) == 0);
+  }
+}
+
+TEST_CASE_TEMPLATE("simd encode_qk: BNSH / BSNH, shared and separate Q/K positions == reference per head", T, float,
+                   double) {
+  lrpe::generator g(ref::seed(20261201) + 2);
+  const auto run = [&](const auto& e, bool bsnh, index_t nq, index_t nk, lrpe::positions qp, lrpe::positions kp) {
+    const index_t B = 2, H = 3, d = e.dim(), f = e.feature_dim();
+    const auto q = ref::random_rows<T>(B * H * nq, d, g.next());
+    const auto k = ref::random_rows<T>(B * H * nk, d, g.next());
+    lrpe::row_matrix<T> qo(B * H * nq, f), ko(B * H * nk, f);
+    const auto hv = [&](auto* data, index_t seq, index_t w) {
+      return bsnh ? lrpe::bsnh(data, B, seq, H, w) : lrpe::bnsh(data, B, H, seq, w);
+    };
+    lrpe::encode_qk(simd{}, e, hv(q.data(), nq, d), qp, hv(k.data(), nk, d), kp, hv(qo.data(), nq, f),
+                    hv(ko.data(), nk, f));
+    lrpe::row_matrix<T> qr(B * H * nq, f), kr(B * H * nk, f);
+    lrpe::encode_qk(lrpe::backend::reference{}, e, hv(q.data(), nq, d), qp, hv(k.data(), nk, d), kp,
+                    hv(qr.data(), nq, f), hv(kr.data(), nk, f));
+    return std::max(ref::max_abs_diff(qo, qr), ref::max_abs_diff(ko, kr));
+  };
+  const std::vector<position_t> arr = {5, -3, 1'000'000, 7, 7, 0, 42};
+  for (bool bsnh : {false, true}) {
+    for (index_t d : {7, 64}) {
+      const lrpe::rope_neox<T> neox(d);
+      const lrpe::rope_gptj<T> gptj(d);
+      const lrpe::type8<T> t8(64);
+      const lrpe::type4<T> t4(d);
+      CHECK(run(neox, bsnh, 19, 19, 0, 0) <= tol<T>(d));                  // shared table
+      CHECK(run(gptj, bsnh, 19, 19, 100, 0) <= tol<T>(d));                // same length, other positions
+      CHECK(run(gptj, bsnh, 1, 33, 32, 0) <= tol<T>(d));                  // decode step vs cache
+      CHECK(run(t4, bsnh, 7, 7, arr, arr) <= tol<T>(d));                  // shared array
+      CHECK(run(t8, bsnh, 7, 40, arr, -999'990) <= tol<T>(64));           // FFT path, strided rows
+    }
+  }
+}
+
+TEST_CASE("simd angles at position ±1e6 in float match a long-double reference (same tolerance as scalar)") {
+  // As tests/test_presets.cpp for the scalar encoder: x = e_{pair} maps to (cos, sin) of s·θ_k.
+  // Stated tolerance 2.5e-7; a float-only angle is off by > 1e-3, so the check can fail.
+  constexpr index_t d = 64;
+  for (position_t s : {position_t{1'000'000}, position_t{-1'000'000}, position_t{999'983}}) {
+    for (auto mode : {lrpe::pairing::interleaved, lrpe::pairing::split_half}) {
+      const lrpe::encoder e(lrpe::p::identity<float>(d), lrpe::lambda::rotation<float>(d, mode));
+      lrpe::row_matrix<float> x = lrpe::row_matrix<float>::Zero(d / 2, d);
+      for (index_t k = 0; k < d / 2; ++k) x(k, e.lambda().pair(k).first) = 1;
+      // All rows at position s (array), so each row k reads pair k of the same table row.
+      const std::vector<position_t> pos(static_cast<std::size_t>(d / 2), s);
+      lrpe::row_matrix<float> y(d / 2, d);
+      lrpe::encode(simd{}, e, lrpe::view(x), pos, lrpe::view(y));
+      long double worst = 0, worst_naive = 0;
+      for (index_t k = 0; k < d / 2; ++k) {
+        const long double theta = std::pow(10000.0L, -2.0L * k / d);
+        const long double c = std::cos(static_cast<long double>(s) * theta);
+        const long double sn = std::sin(static_cast<long double>(s) * theta);
+        const auto [i, j] = e.lambda().pair(k);
+        worst = std::max({worst, std::abs(y(k, i) - c), std::abs(y(k, j) - sn)});
+        worst_naive = std::max(worst_naive,
+                               std::abs(std::cos(static_cast<float>(s) * static_cast<float>(theta)) - c));
+      }
+      MESSAGE("s = " << s << ", simd float max error " << static_cast<double>(worst));
+      CHECK(worst <= 2.5e-7L);
+      CHECK(worst_naive > 1e-3L);
+    }
+    // Complex phase (LRPE cosine and, through the FFT path, Type 8's Λ): x = 1 gives e^{i s θ_j}.
+    const lrpe::encoder cosine{lrpe::p::identity<float>(d), lrpe::lambda::complex_phase<float>(d)};
+    const lrpe::row_matrix<float> ones = lrpe::row_matrix<float>::Ones(1, d);
+    lrpe::row_matrix<float> y(1, 2 * d);
+    lrpe::encode(simd{}, cosine, lrpe::view(ones), s, lrpe::view(y));
+    long double worst = 0;
+    for (index_t j = 0; j < d; ++j) {
+      const long double a = static_cast<long double>(s) * std::pow(10000.0L, -2.0L * j / d);
+      worst = std::max({worst, std::abs(y(0, j) - std::cos(a)), std::abs(y(0, d + j) - std::sin(a))});
+    }
+    CHECK(worst <= 2.5e-7L);
+  }
+}
+
+TEST_CASE_TEMPLATE("simd encode: no heap allocation per call with a held simd_encoder", T, float, double) {
+  constexpr index_t n = 300, d = 64;
+  const auto x = ref::random_rows<T>(n, d, 77);
+  const auto measure = [&](const auto& e) {
+    lrpe::row_matrix<T> out(n, e.feature_dim());
+    const lrpe::simd_encoder<std::remove_cvref_t<decltype(e)>> se(e);
+    se.encode(lrpe::view(x), 5, lrpe::view(out));  // warm-up
+    g_allocs = 0;
+    g_max_alloc = 0;
+    se.encode(lrpe::view(x), 5, lrpe::view(out));
+    const long held = g_allocs.load();
+    // The one-shot free function builds its kernels per call: small allocations only.
+    lrpe::encode(simd{}, e, lrpe::view(x), 5, lrpe::view(out));
+    return std::pair{held, g_max_alloc.load()};
+  };
+  const auto check = [&](const auto& e, const char* what) {
+    const auto [held, biggest] = measure(e);
+    INFO(what);
+    CHECK(held == 0);
+    CHECK(biggest <= 64 * 1024);
+  };
+  check(lrpe::rope_gptj<T>(d), "rope_gptj");
+  check(lrpe::rope_neox<T>(d), "rope_neox");
+  check(lrpe::type1<T>(d), "type1");
+  check(lrpe::type4<T>(d), "type4");
+  check(lrpe::type7<T>(d), "type7");
+  check(lrpe::type8<T>(d), "type8");
+  check(lrpe::permuteformer<T>(d), "permuteformer");
+}
+
+TEST_CASE("simd encode: shape errors like the reference") {
+  const lrpe::rope_gptj<float> e(8);
+  lrpe::row_matrix<float> x(4, 8), bad_out(4, 7), out(3, 8);
+  CHECK_THROWS_AS(lrpe::encode(simd{}, e, lrpe::view(x), 0, lrpe::view(bad_out)), lrpe::shape_error);
+  CHECK_THROWS_AS(lrpe::encode(simd{}, e, lrpe::view(x), 0, lrpe::view(out)), lrpe::shape_error);
+  const std::vector<position_t> short_pos = {1, 2};
+  lrpe::row_matrix<float> ok(4, 8);
+  CHECK_THROWS_AS(lrpe::encode(simd{}, e, lrpe::view(x), short_pos, lrpe::view(ok)), lrpe::shape_error);
+}
