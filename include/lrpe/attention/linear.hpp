@@ -51,6 +51,39 @@ row_matrix<T> linear_features(const Encoding& encoding, const Phi& phi, const ma
   }
 }
 
+/// φ then the encoding's features on one side, for every row, into `out` (n×d_f).
+template <class T, class Encoding, class Phi>
+void linear_features_into(const Encoding& encoding, const Phi& phi, const matrix_view<const T>& x,
+                          const positions& pos, canonical::side which, const matrix_view<T>& out) {
+  const index_t d = x.cols;
+  if constexpr (std::is_same_v<Encoding, no_encoding>) {
+    for (index_t i = 0; i < x.rows; ++i) apply_feature_map(phi, x.row(i), out.row(i), d);
+  } else {
+    small_buffer<T> tmp(d);
+    for (index_t i = 0; i < x.rows; ++i) {
+      apply_feature_map(phi, x.row(i), tmp.data(), d);
+      encoding_features(encoding, which, tmp.data(), pos[i], out.row(i));
+    }
+  }
+}
+
+}  // namespace detail
+
+namespace backend {
+/**
+ * Features of one side of linear attention (φ, then the encoding) into `out`. The default is
+ * the scalar loop `detail::linear_features_into`; a backend may overload it (found by ADL on
+ * its tag) with vectorised feature maps.
+ */
+template <class Backend, class T, class Encoding, class Phi>
+void linear_features_kernel(const Backend&, const Encoding& encoding, const Phi& phi, const matrix_view<const T>& x,
+                            const positions& pos, canonical::side which, const matrix_view<T>& out) {
+  lrpe::detail::linear_features_into<T>(encoding, phi, x, pos, which, out);
+}
+}  // namespace backend
+
+namespace detail {
+
 template <class T, class Encoding, class Phi, class Backend>
 void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<const T>& k,
                               const matrix_view<const T>& v, const matrix_view<T>& out, const Encoding& encoding,
@@ -122,15 +155,21 @@ void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<c
   }
   if (q.rows == 0 && k.rows == 0) return;
 
-  const row_matrix<T> qf = linear_features<T>(encoding, phi, q, options.q_positions, canonical::side::query);
-  const row_matrix<T> kf = linear_features<T>(encoding, phi, k, options.k_positions, canonical::side::key);
-  backend::linear_problem<T> problem{view(qf), view(kf), v, out, options.q_positions, options.k_positions,
-                                     options.causal, options.norm, options.eps, options.chunk};
+  // Backend hooks are found by ADL on the backend tag (unqualified calls), so that a backend
+  // declared after this header (backend/simd) still provides its overloads.
+  using backend::linear_kernel;
+  backend::feature_scratch<T> fs;
+  acquire_feature_scratch(backend, fs, q.rows, k.rows, f);
+  linear_features_kernel(backend, encoding, phi, q, options.q_positions, canonical::side::query, fs.q);
+  linear_features_kernel(backend, encoding, phi, k, options.k_positions, canonical::side::key, fs.k);
+  backend::linear_problem<T> problem{matrix_view<const T>(fs.q), matrix_view<const T>(fs.k), v, out,
+                                     options.q_positions, options.k_positions, options.causal, options.norm,
+                                     options.eps, options.chunk};
   if (options.causal && state == nullptr) {
     linear_attention_state<T> local(f, v.cols, options.decay);
-    backend::linear_kernel(backend, problem, &local);
+    linear_kernel(backend, problem, &local);
   } else {
-    backend::linear_kernel(backend, problem, state);
+    linear_kernel(backend, problem, state);
   }
 }
 

@@ -119,6 +119,18 @@ heads_view<const T> as_const_heads(const heads_view<T>& x) noexcept {
 
 }  // namespace detail
 
+namespace backend {
+/**
+ * Runs `f(item, backend)` for item = 0 … count−1, the (batch, head) pairs of a multi-head call.
+ * The default runs them in order on the calling thread; a backend with a thread pool overloads
+ * it (found by ADL on its tag) and hands each item a single-threaded backend of its own.
+ */
+template <class Backend, class F>
+void for_each_head(const Backend& b, index_t count, F&& f) {
+  for (index_t i = 0; i < count; ++i) f(i, b);
+}
+}  // namespace backend
+
 /**
  * Multi-head softmax attention: for every (b, h), `softmax_attention` on the head's strided
  * views with encoding `head_encoding(encodings, h)` and the same options (positions are shared
@@ -139,17 +151,17 @@ void softmax_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const h
   detail::require_same_bh(q, k, where, "k");
   detail::require_same_bh(q, v, where, "v");
   detail::require_same_bh(q, out, where, "out");
-  softmax_options<Reweight> head_options = options;
-  for (index_t h = 0; h < q.heads; ++h) {
+  // (b, h) pairs, h-major; a backend may run them on several threads (backend::for_each_head)
+  for_each_head(backend, q.heads * q.batch, [&](index_t item, const auto& head_backend) {
+    const index_t h = item / q.batch, b = item % q.batch;
+    softmax_options<Reweight> head_options = options;
     if constexpr (detail::multi_head_table<Reweight>) {
       head_options.reweight = detail::table_head(options.reweight, h, q.heads, where, "options.reweight.heads()");
     }
-    for (index_t b = 0; b < q.batch; ++b) {
-      softmax_attention(detail::as_const_heads(q).head(b, h), detail::as_const_heads(k).head(b, h),
-                        detail::as_const_heads(v).head(b, h), out.head(b, h),
-                        detail::head_encoding(encodings, h, q.heads, where), head_options, backend);
-    }
-  }
+    softmax_attention(detail::as_const_heads(q).head(b, h), detail::as_const_heads(k).head(b, h),
+                      detail::as_const_heads(v).head(b, h), out.head(b, h),
+                      detail::head_encoding(encodings, h, q.heads, where), head_options, head_backend);
+  });
 }
 
 /**
@@ -174,16 +186,16 @@ void linear_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const he
     detail::require_size(static_cast<index_t>(options.head_decays.size()), q.heads, where, "options.head_decays");
     for (double lambda : options.head_decays) detail::require_decay(lambda, where, "options.head_decays[h]");
   }
-  linear_options head_options = options;
-  head_options.head_decays = {};
-  for (index_t h = 0; h < q.heads; ++h) {
+  // (b, h) pairs, h-major; a backend may run them on several threads (backend::for_each_head)
+  for_each_head(backend, q.heads * q.batch, [&](index_t item, const auto& head_backend) {
+    const index_t h = item / q.batch, b = item % q.batch;
+    linear_options head_options = options;
+    head_options.head_decays = {};
     if (!options.head_decays.empty()) head_options.decay = options.head_decays[static_cast<std::size_t>(h)];
-    for (index_t b = 0; b < q.batch; ++b) {
-      linear_attention(detail::as_const_heads(q).head(b, h), detail::as_const_heads(k).head(b, h),
-                       detail::as_const_heads(v).head(b, h), out.head(b, h),
-                       detail::head_encoding(encodings, h, q.heads, where), phi, head_options, backend);
-    }
-  }
+    linear_attention(detail::as_const_heads(q).head(b, h), detail::as_const_heads(k).head(b, h),
+                     detail::as_const_heads(v).head(b, h), out.head(b, h),
+                     detail::head_encoding(encodings, h, q.heads, where), phi, head_options, head_backend);
+  });
 }
 
 }  // namespace v0

@@ -67,6 +67,63 @@ auto const_tile_map(const matrix_view<const T>& x, index_t r0, index_t r1) {
 
 }  // namespace detail
 
+namespace backend {
+
+/**
+ * The content logits of a tile, scale·A[i0:i1]·B[j0:j1]ᵀ (A, B: Q and K, or their encoded
+ * features). A named type rather than a lambda so that a backend can recognise it and run its
+ * own tile GEMM on `a`, `b`, `scale` (backend/simd/softmax.hpp); called, it fills the tile S.
+ */
+template <class T>
+struct dot_logits {
+  matrix_view<const T> a;
+  matrix_view<const T> b;
+  T scale;
+  template <class S>
+  void operator()(index_t i0, index_t i1, index_t j0, index_t j1, S& s) const {
+    s.noalias() = lrpe::detail::const_tile_map(a, i0, i1) * lrpe::detail::const_tile_map(b, j0, j1).transpose();
+    s *= scale;
+  }
+};
+
+/// `dot_logits` plus an additive encoding's bias(q_positions[i], k_positions[j]) per entry.
+template <class T, class E>
+struct biased_logits {
+  dot_logits<T> content;
+  const E* encoding;
+  positions q_positions;
+  positions k_positions;
+  template <class S>
+  void operator()(index_t i0, index_t i1, index_t j0, index_t j1, S& s) const {
+    content(i0, i1, j0, j1, s);
+    for (index_t i = i0; i < i1; ++i) {
+      for (index_t j = j0; j < j1; ++j)
+        s(i - i0, j - j0) += static_cast<T>(encoding->bias(q_positions[i], k_positions[j]));
+    }
+  }
+};
+
+/**
+ * Scratch for the encoded Q and K (n×d_f each) of a linearizable encoding. The default owns two
+ * matrices per call; a backend may overload `acquire_feature_scratch` (found by ADL on its tag)
+ * to point `q` and `k` at memory it reuses across calls.
+ */
+template <class T>
+struct feature_scratch {
+  row_matrix<T> q_store, k_store;
+  matrix_view<T> q, k;
+};
+
+template <class Backend, class T>
+void acquire_feature_scratch(const Backend&, feature_scratch<T>& s, index_t nq, index_t nk, index_t f) {
+  s.q_store.resize(nq, f);
+  s.k_store.resize(nk, f);
+  s.q = view(s.q_store);
+  s.k = view(s.k_store);
+}
+
+}  // namespace backend
+
 /**
  * Softmax attention of one head with a relative encoding.
  *
@@ -135,36 +192,26 @@ void softmax_attention(const Q& q_in, const K& k_in, const V& v_in, O&& out_in, 
     }
   }();
 
-  // content tile = scale · A[i0:i1] · B[j0:j1]ᵀ
-  auto dot_logits = [scale](const matrix_view<const T>& a, const matrix_view<const T>& b) {
-    return [scale, a, b](index_t i0, index_t i1, index_t j0, index_t j1, auto& S) {
-      S.noalias() = detail::const_tile_map(a, i0, i1) * detail::const_tile_map(b, j0, j1).transpose();
-      S *= scale;
-    };
-  };
-
+  // Kernels are found by ADL on the backend tag (unqualified calls), so that a backend declared
+  // after this header (backend/simd) still provides its overloads.
+  using backend::softmax_kernel;
   if constexpr (is_none) {
-    backend::softmax_kernel(backend, problem, dot_logits(q, k), value_term, options.reweight);
+    softmax_kernel(backend, problem, backend::dot_logits<T>{q, k, scale}, value_term, options.reweight);
   } else if constexpr (additive_encoding<Encoding>) {
-    auto content = dot_logits(q, k);
-    const auto& qp = options.q_positions;
-    const auto& kp = options.k_positions;
-    auto logits = [&](index_t i0, index_t i1, index_t j0, index_t j1, auto& S) {
-      content(i0, i1, j0, j1, S);
-      for (index_t i = i0; i < i1; ++i) {
-        for (index_t j = j0; j < j1; ++j) S(i - i0, j - j0) += static_cast<T>(encoding.bias(qp[i], kp[j]));
-      }
-    };
-    backend::softmax_kernel(backend, problem, logits, value_term, options.reweight);
+    softmax_kernel(backend, problem,
+                   backend::biased_logits<T, Encoding>{{q, k, scale}, &encoding, options.q_positions, options.k_positions},
+                   value_term, options.reweight);
   } else if constexpr (canonical::is_linearizable_v<Encoding>) {
     const index_t f = canonical::feature_dim(encoding);
-    row_matrix<T> qf(q.rows, f), kf(k.rows, f);
+    backend::feature_scratch<T> fs;
+    acquire_feature_scratch(backend, fs, q.rows, k.rows, f);
     for (index_t i = 0; i < q.rows; ++i)
-      detail::encoding_features(encoding, canonical::side::query, q.row(i), options.q_positions[i], qf.row(i).data());
+      detail::encoding_features(encoding, canonical::side::query, q.row(i), options.q_positions[i], fs.q.row(i));
     for (index_t j = 0; j < k.rows; ++j)
-      detail::encoding_features(encoding, canonical::side::key, k.row(j), options.k_positions[j], kf.row(j).data());
-    backend::softmax_kernel(backend, problem, dot_logits(view(std::as_const(qf)), view(std::as_const(kf))),
-                            value_term, options.reweight);
+      detail::encoding_features(encoding, canonical::side::key, k.row(j), options.k_positions[j], fs.k.row(j));
+    softmax_kernel(backend, problem,
+                   backend::dot_logits<T>{matrix_view<const T>(fs.q), matrix_view<const T>(fs.k), scale}, value_term,
+                   options.reweight);
   } else {
     const auto& qp = options.q_positions;
     const auto& kp = options.k_positions;
@@ -175,7 +222,7 @@ void softmax_attention(const Q& q_in, const K& k_in, const V& v_in, O&& out_in, 
         }
       }
     };
-    backend::softmax_kernel(backend, problem, logits, value_term, options.reweight);
+    softmax_kernel(backend, problem, logits, value_term, options.reweight);
   }
 }
 

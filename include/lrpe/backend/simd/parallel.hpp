@@ -1,0 +1,193 @@
+/**
+ * @file parallel.hpp
+ * Threads for the SIMD attention kernels, only when the caller asks for them.
+ *
+ * - `backend::simd<Arch>`: one thread (the caller's), scratch in a `thread_local` workspace.
+ * - `backend::simd_threads`: a pool the caller constructs and owns. `simd_threads pool(2)`
+ *   starts one worker thread (the calling thread is the other) and one workspace per thread;
+ *   the destructor joins the worker. Nothing else in the library ever starts a thread.
+ * - `backend::simd_policy<Arch>{&pool}`: the backend tag that uses it. Multi-head calls run
+ *   the (batch, head) pairs on the pool's threads (each pair single-threaded on its thread's
+ *   workspace); a single-head softmax call splits its query tiles across the threads;
+ *   `simd_policy<Arch>{nullptr, &ws}` is a single-threaded call on a caller-owned workspace.
+ *
+ * Results do not depend on the number of threads: every query row is computed by exactly one
+ * thread with the same operation order.
+ */
+#pragma once
+
+#include <lrpe/backend/simd/tag.hpp>
+#include <lrpe/backend/simd/workspace.hpp>
+#include <lrpe/core/error.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace lrpe {
+inline namespace v0 {
+namespace backend {
+
+/**
+ * A caller-owned pool of `size()` threads (the calling thread plus size() − 1 workers), each
+ * with its own `simd_workspace`. `run` is a blocking parallel-for; one `run` at a time (calls
+ * from several threads are serialised). Not re-entrant: a task must not call `run` on the
+ * same pool.
+ */
+class simd_threads {
+ public:
+  /// @param threads total threads, ≥ 1 (1: no worker is started).
+  explicit simd_threads(int threads = 2) {
+    lrpe::detail::require_parameter(threads >= 1, "lrpe::backend::simd_threads", "threads", "must be >= 1", threads);
+    for (int t = 0; t < threads; ++t) workspaces_.push_back(std::make_unique<simd_workspace>());
+    for (int t = 1; t < threads; ++t) workers_.emplace_back([this, t] { worker(t); });
+  }
+  simd_threads(const simd_threads&) = delete;
+  simd_threads& operator=(const simd_threads&) = delete;
+  ~simd_threads() {
+    {
+      std::lock_guard lock(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+
+  [[nodiscard]] int size() const noexcept { return static_cast<int>(workspaces_.size()); }
+  /// The workspace of thread t (0 = the calling thread).
+  [[nodiscard]] simd_workspace& workspace(int t) noexcept { return *workspaces_[static_cast<std::size_t>(t)]; }
+
+  /**
+   * Calls `f(item, thread)` for item = 0 … count−1 on all threads (dynamic scheduling, items
+   * taken in increasing order) and returns when all are done. The first exception thrown by a
+   * task is rethrown here (remaining items are skipped).
+   */
+  template <class F>
+  void run(index_t count, F&& f) {
+    if (count <= 0) return;
+    if (workers_.empty() || count == 1) {
+      for (index_t i = 0; i < count; ++i) f(i, 0);
+      return;
+    }
+    std::lock_guard run_lock(run_m_);
+    auto invoke = [](void* ctx, index_t i, int t) { (*static_cast<std::remove_reference_t<F>*>(ctx))(i, t); };
+    {
+      std::lock_guard lock(m_);
+      invoke_ = invoke;
+      ctx_ = static_cast<void*>(&f);
+      count_ = count;
+      next_.store(0, std::memory_order_relaxed);
+      busy_ = static_cast<int>(workers_.size());
+      error_ = nullptr;
+      ++generation_;
+    }
+    cv_.notify_all();
+    work(0);
+    {
+      std::unique_lock lock(m_);
+      done_cv_.wait(lock, [this] { return busy_ == 0; });
+    }
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+
+ private:
+  void work(int t) {
+    for (index_t i = next_.fetch_add(1, std::memory_order_relaxed); i < count_;
+         i = next_.fetch_add(1, std::memory_order_relaxed)) {
+      try {
+        invoke_(ctx_, i, t);
+      } catch (...) {
+        std::lock_guard lock(error_m_);
+        if (!error_) error_ = std::current_exception();
+        next_.store(count_, std::memory_order_relaxed);
+      }
+    }
+  }
+
+  void worker(int t) {
+    std::uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock lock(m_);
+        cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+      }
+      work(t);
+      {
+        std::lock_guard lock(m_);
+        --busy_;
+      }
+      done_cv_.notify_one();
+    }
+  }
+
+  std::vector<std::unique_ptr<simd_workspace>> workspaces_;
+  std::vector<std::thread> workers_;
+  std::mutex m_, run_m_, error_m_;
+  std::condition_variable cv_, done_cv_;
+  std::uint64_t generation_ = 0;
+  bool stop_ = false;
+  void (*invoke_)(void*, index_t, int) = nullptr;
+  void* ctx_ = nullptr;
+  index_t count_ = 0;
+  std::atomic<index_t> next_{0};
+  int busy_ = 0;
+  std::exception_ptr error_{};
+};
+
+/**
+ * The SIMD backend bound to caller-owned resources: a thread pool and/or a workspace (both
+ * optional, both must outlive the call). `simd_policy<Arch>{}` behaves as `simd<Arch>{}`.
+ */
+template <class Arch = xsimd::default_arch>
+struct simd_policy {
+  using arch_type = Arch;
+  static constexpr const char* name = "simd";
+  simd_threads* threads = nullptr;      ///< null: the calling thread only
+  simd_workspace* workspace = nullptr;  ///< null: the pool's workspace 0, else the thread's own
+};
+
+namespace simd_detail {
+
+/// Where a call's scratch lives and which threads it may use.
+struct resources {
+  simd_workspace* ws;
+  simd_threads* pool;  ///< non-null only with ≥ 2 threads
+};
+
+template <class Arch>
+resources resolve(const simd<Arch>&) {
+  return {&simd_workspace::this_thread(), nullptr};
+}
+template <class Arch>
+resources resolve(const simd_policy<Arch>& p) {
+  simd_threads* pool = p.threads != nullptr && p.threads->size() > 1 ? p.threads : nullptr;
+  simd_workspace* ws = p.workspace != nullptr  ? p.workspace
+                       : p.threads != nullptr ? &p.threads->workspace(0)
+                                              : &simd_workspace::this_thread();
+  return {ws, pool};
+}
+
+}  // namespace simd_detail
+
+/// Multi-head calls with a pool: one (batch, head) pair per task, each on its thread's workspace.
+template <class Arch, class F>
+void for_each_head(const simd_policy<Arch>& p, index_t count, F&& f) {
+  if (p.threads == nullptr || p.threads->size() < 2 || count < 2) {
+    for (index_t i = 0; i < count; ++i) f(i, p);
+    return;
+  }
+  simd_threads& pool = *p.threads;
+  pool.run(count, [&](index_t i, int t) { f(i, simd_policy<Arch>{nullptr, &pool.workspace(t)}); });
+}
+
+}  // namespace backend
+}  // namespace v0
+}  // namespace lrpe

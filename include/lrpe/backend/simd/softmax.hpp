@@ -1,0 +1,449 @@
+/**
+ * @file softmax.hpp
+ * Softmax attention for `backend::simd<Arch>` / `simd_policy<Arch>`: a tiled, flash-style
+ * kernel with an online softmax (the reference kernel's recurrence, backend/reference/softmax.hpp).
+ *
+ * Per call: K is packed by key tiles of BK = 4·W keys (W = vector width), feature-major inside
+ * a tile so that keys are the SIMD dimension; V is copied with its rows padded to W. Per query
+ * tile of BQ rows (pre-scaled by scale·log₂e, so the exponent is a bare exp2):
+ *
+ *     S   = Q̂ Kᵀ             register-blocked R×4W micro-kernel (R = 6 rows with 32 vector
+ *                            registers, 2 with 16), d-loop of broadcast·FMA
+ *     S  += log₂e·bias        additive encodings (ALiBi, T5, tables): one bias(s, t) call per
+ *                            diagonal t − s of the tile when positions are offsets (the bias
+ *                            contract: a function of t − s), else one per entry
+ *     mask                   only on tiles that straddle the causal diagonal or the end of K;
+ *                            tiles entirely above it are skipped (never computed)
+ *     m, l, α, P = 2^(S−m)   vectorised exp2 (polynomial, exact 0 below 2⁻¹²⁶)
+ *     O   = α·O + P V         register-blocked R×(≤4W) micro-kernel
+ *
+ * Memory: the packed K and V (O(n·d)) and per-thread tiles, all in a reused `simd_workspace`:
+ * no allocation and no page fault per call in steady state. Encodings with a value term (Shaw)
+ * or a URPE reweighting, and non-additive, non-linearizable scores (DeBERTa, Shaw, XL's direct
+ * score) fall back to the reference kernel (docs/performance.md).
+ */
+#pragma once
+
+#include <lrpe/attention/softmax.hpp>
+#include <lrpe/backend/simd/parallel.hpp>
+#include <lrpe/backend/simd/tag.hpp>
+#include <lrpe/backend/simd/workspace.hpp>
+#include <lrpe/backend/simd/xsimd_compat.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numbers>
+#include <type_traits>
+
+#include <xsimd/xsimd.hpp>
+
+namespace lrpe {
+inline namespace v0 {
+namespace backend {
+namespace simd_detail {
+
+template <class A>
+inline constexpr bool wide_register_file = std::is_base_of_v<xsimd::avx512f, A>;
+
+/// Tile sizes of the softmax kernel for scalar T on arch A.
+template <class T, class A>
+struct softmax_tiling {
+  static constexpr index_t W = static_cast<index_t>(xsimd::batch<T, A>::size);  ///< lanes
+  static constexpr index_t U = 4;                                             ///< key vectors per tile
+  static constexpr index_t BK = U * W;                                        ///< keys per tile
+  static constexpr index_t R = wide_register_file<A> ? 6 : 2;                 ///< rows per micro-kernel
+  static constexpr index_t BQ = R * 8;                                        ///< query rows per tile
+};
+
+/// Full unrolling of the micro-kernels' fixed-size loops (keeps the accumulators in registers).
+#if defined(__clang__)
+#define LRPE_UNROLL _Pragma("clang loop unroll(full)")
+#elif defined(__GNUC__)
+#define LRPE_UNROLL _Pragma("GCC unroll 16")
+#else
+#define LRPE_UNROLL
+#endif
+
+inline constexpr index_t round_up(index_t x, index_t m) noexcept { return (x + m - 1) / m * m; }
+
+/**
+ * 2^x for x ≤ 0 (softmax exponents): round-to-nearest split x = n + f, |f| ≤ 1/2, a Taylor
+ * polynomial of 2^f (relative error < 2·10⁻⁷ in float, < 10⁻¹⁴ in double), and 2^n from the
+ * exponent bits. Exactly 0 below the smallest normal exponent (−∞ included).
+ */
+template <class T, class A>
+inline xsimd::batch<T, A> exp2_nonpositive(xsimd::batch<T, A> x) noexcept {
+  using B = xsimd::batch<T, A>;
+  using I = xsimd::as_integer_t<T>;
+  constexpr bool is_float = std::is_same_v<T, float>;
+  constexpr T lo = is_float ? T(-126) : T(-1022);
+  const auto under = x < B(lo);
+  x = xsimd::max(x, B(lo));
+  const B n = xsimd::nearbyint(x);
+  const B f = x - n;
+  constexpr T l1 = T(0.693147180559945309417232121458176568);
+  B p;
+  if constexpr (is_float) {
+    p = B(T(1.5403530393381609e-4));
+    p = xsimd::fma(p, f, B(T(1.3333558146428443e-3)));
+    p = xsimd::fma(p, f, B(T(9.6181291076284772e-3)));
+    p = xsimd::fma(p, f, B(T(5.5504108664821580e-2)));
+    p = xsimd::fma(p, f, B(T(2.4022650695910071e-1)));
+    p = xsimd::fma(p, f, B(l1));
+    p = xsimd::fma(p, f, B(T(1)));
+  } else {
+    // Taylor coefficients ln2^k / k!, k = 11 … 2
+    constexpr T c[] = {T(4.44553827187081162e-10), T(7.05491162080112336e-09), T(1.01780860092396999e-07),
+                       T(1.32154867901443095e-06), T(1.52527338040598411e-05), T(1.54035303933816088e-04),
+                       T(1.33335581464284433e-03), T(9.61812910762847688e-03), T(5.55041086648215831e-02),
+                       T(2.40226506959100722e-01)};
+    p = B(c[0]);
+    for (int k = 1; k < 10; ++k) p = xsimd::fma(p, f, B(c[k]));
+    p = xsimd::fma(p, f, B(l1));
+    p = xsimd::fma(p, f, B(T(1)));
+  }
+  constexpr int mantissa = is_float ? 23 : 52;
+  constexpr I bias = is_float ? I(127) : I(1023);
+  const auto ni = xsimd::to_int(n);
+  const B scale = xsimd::bitwise_cast<B>((ni + bias) << mantissa);
+  return xsimd::select(under, B(T(0)), p * scale);
+}
+
+/**
+ * S[r][0:BK) = Σ_c q[r][c] · kp[c][0:BK) for r < R: q row-major (stride qs), kp a packed
+ * key tile (d rows of BK keys, aligned), S row-major (stride ss, aligned).
+ */
+template <index_t R, class T, class A>
+inline void qk_micro(const T* q, index_t qs, const T* kp, index_t d, T* s, index_t ss) noexcept {
+  using B = xsimd::batch<T, A>;
+  constexpr index_t W = B::size, U = softmax_tiling<T, A>::U, BK = U * W;
+  B acc[R][U];
+  LRPE_UNROLL
+  for (index_t r = 0; r < R; ++r)
+    LRPE_UNROLL
+    for (index_t u = 0; u < U; ++u) acc[r][u] = B(T(0));
+  for (index_t c = 0; c < d; ++c) {
+    B k[U];
+    LRPE_UNROLL
+    for (index_t u = 0; u < U; ++u) k[u] = B::load_aligned(kp + c * BK + u * W);
+    LRPE_UNROLL
+    for (index_t r = 0; r < R; ++r) {
+      const B qb(q[r * qs + c]);
+      LRPE_UNROLL
+      for (index_t u = 0; u < U; ++u) acc[r][u] = xsimd::fma(qb, k[u], acc[r][u]);
+    }
+  }
+  LRPE_UNROLL
+  for (index_t r = 0; r < R; ++r)
+    LRPE_UNROLL
+    for (index_t u = 0; u < U; ++u) acc[r][u].store_aligned(s + r * ss + u * W);
+}
+
+/**
+ * o[r][0:VU·W) = α[r]·o[r] + Σ_{j<nk} p[r][j] · v[j][0:VU·W) for r < R (o stride os, v stride
+ * vs, p stride ps; o and v aligned).
+ */
+template <index_t R, index_t VU, class T, class A>
+inline void pv_micro(const T* p, index_t ps, const T* alpha, const T* v, index_t vs, index_t nk, T* o,
+                     index_t os) noexcept {
+  using B = xsimd::batch<T, A>;
+  constexpr index_t W = B::size;
+  B acc[R][VU];
+  LRPE_UNROLL
+  for (index_t r = 0; r < R; ++r) {
+    const B a(alpha[r]);
+    LRPE_UNROLL
+    for (index_t u = 0; u < VU; ++u) acc[r][u] = a * B::load_aligned(o + r * os + u * W);
+  }
+  for (index_t j = 0; j < nk; ++j) {
+    B vb[VU];
+    LRPE_UNROLL
+    for (index_t u = 0; u < VU; ++u) vb[u] = B::load_aligned(v + j * vs + u * W);
+    LRPE_UNROLL
+    for (index_t r = 0; r < R; ++r) {
+      const B pb(p[r * ps + j]);
+      LRPE_UNROLL
+      for (index_t u = 0; u < VU; ++u) acc[r][u] = xsimd::fma(pb, vb[u], acc[r][u]);
+    }
+  }
+  LRPE_UNROLL
+  for (index_t r = 0; r < R; ++r)
+    LRPE_UNROLL
+    for (index_t u = 0; u < VU; ++u) acc[r][u].store_aligned(o + r * os + u * W);
+}
+
+/// The R-row block of O += P·V over all value columns (chunks of 4 vectors, then the rest).
+template <index_t R, class T, class A>
+inline void pv_rows(const T* p, index_t ps, const T* alpha, const T* v, index_t dvp, index_t nk, T* o) noexcept {
+  constexpr index_t W = xsimd::batch<T, A>::size;
+  index_t c = 0;
+  for (; c + 4 * W <= dvp; c += 4 * W) pv_micro<R, 4, T, A>(p, ps, alpha, v + c, dvp, nk, o + c, dvp);
+  switch ((dvp - c) / W) {
+    case 3: pv_micro<R, 3, T, A>(p, ps, alpha, v + c, dvp, nk, o + c, dvp); break;
+    case 2: pv_micro<R, 2, T, A>(p, ps, alpha, v + c, dvp, nk, o + c, dvp); break;
+    case 1: pv_micro<R, 1, T, A>(p, ps, alpha, v + c, dvp, nk, o + c, dvp); break;
+    default: break;
+  }
+}
+
+/// No additive bias (plain content logits).
+struct no_bias {};
+
+/// The shared, read-only part of one softmax call: packed K and V, key-tile bounds.
+template <class T>
+struct softmax_shared {
+  const T* kp;           ///< packed K: tiles × d × BK
+  const T* vp;           ///< V: nk × dvp
+  const position_t* kb;  ///< per key tile: min, max position
+  index_t d, dv, dvp, nk, tiles;
+};
+
+/**
+ * One query tile [i0, i0 + bq) of the online softmax on the scratch of workspace `ws`.
+ * @param bias `no_bias` or a pointer to an additive encoding (`bias(s, t)`).
+ */
+template <class T, class A, class Bias>
+void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>& q, T qscale, const Bias& bias,
+                        const softmax_shared<T>& sh, index_t i0, simd_workspace& ws) {
+  using B = xsimd::batch<T, A>;
+  using tl = softmax_tiling<T, A>;
+  constexpr index_t W = tl::W, U = tl::U, BK = tl::BK, R = tl::R, BQ = tl::BQ;
+  constexpr T neg_inf = -std::numeric_limits<T>::infinity();
+  constexpr bool has_bias = !std::is_same_v<Bias, no_bias>;
+  const T log2e = std::numbers::log2e_v<T>;
+  const index_t d = sh.d, dvp = sh.dvp;
+  const index_t bq = std::min(BQ, p.nq - i0);
+  const index_t bqp = round_up(bq, R);
+
+  T* qt = ws.get<T>(simd_workspace::q_tile, BQ * d);
+  T* st = ws.get<T>(simd_workspace::s_tile, BQ * BK + BK + BQ);  // + diagonal bias table
+  T* ot = ws.get<T>(simd_workspace::o_tile, BQ * dvp);
+  T* stats = ws.get<T>(simd_workspace::row_stats, 3 * BQ);
+  T* m = stats;
+  T* l = stats + BQ;
+  T* alpha = stats + 2 * BQ;
+  position_t qp_local[BQ];
+
+  // Q̂ = scale·log₂e·Q (rows past the end are zero), positions (past the end: the last row's)
+  for (index_t i = 0; i < bqp; ++i) {
+    T* dst = qt + i * d;
+    if (i < bq) {
+      const T* src = q.row(i0 + i);
+      for (index_t c = 0; c < d; ++c) dst[c] = src[c] * qscale;
+      qp_local[i] = p.q_positions[i0 + i];
+    } else {
+      std::fill(dst, dst + d, T(0));
+      qp_local[i] = qp_local[bq - 1];
+    }
+    m[i] = neg_inf;
+    l[i] = T(0);
+    std::fill(ot + i * dvp, ot + (i + 1) * dvp, T(0));
+  }
+  position_t q_min = qp_local[0], q_max = qp_local[0];
+  for (index_t i = 1; i < bq; ++i) {
+    q_min = std::min(q_min, qp_local[i]);
+    q_max = std::max(q_max, qp_local[i]);
+  }
+  const bool offsets = !p.q_positions.is_array() && !p.k_positions.is_array();
+
+  for (index_t jt = 0; jt < sh.tiles; ++jt) {
+    const index_t j0 = jt * BK;
+    const index_t bk = std::min(BK, sh.nk - j0);
+    const position_t k_min = sh.kb[2 * jt], k_max = sh.kb[2 * jt + 1];
+    if (p.causal && k_min > q_max) continue;  // every key after every query: skip the tile
+    const bool mask = (p.causal && k_max > q_min) || bk < BK;
+    const T* kp = sh.kp + jt * d * BK;
+
+    for (index_t i = 0; i < bqp; i += R) qk_micro<R, T, A>(qt + i * d, d, kp, d, st + i * BK, BK);
+
+    if constexpr (has_bias) {
+      if (offsets) {
+        // bias depends on t − s only: one call per diagonal; δ = t − s ranges over
+        // [k0 − (q0 + bqp − 1), k0 + BK − 1 − q0]
+        T* tb = st + BQ * BK;
+        const position_t q0 = p.q_positions[i0], k0 = p.k_positions[j0];
+        const position_t dmin = k0 - (q0 + bqp - 1);
+        for (index_t e = 0; e < BK + bqp - 1; ++e)
+          tb[e] = log2e * static_cast<T>(bias->bias(q0, q0 + dmin + e));
+        for (index_t i = 0; i < bqp; ++i) {
+          const T* row_b = tb + (bqp - 1 - i);
+          T* srow = st + i * BK;
+          for (index_t u = 0; u < U; ++u)
+            (B::load_aligned(srow + u * W) + B::load_unaligned(row_b + u * W)).store_aligned(srow + u * W);
+        }
+      } else {
+        for (index_t i = 0; i < bqp; ++i) {
+          T* srow = st + i * BK;
+          for (index_t j = 0; j < bk; ++j)
+            srow[j] += log2e * static_cast<T>(bias->bias(qp_local[i], p.k_positions[j0 + j]));
+        }
+      }
+    }
+
+    if (mask) {
+      for (index_t i = 0; i < bqp; ++i) {
+        T* srow = st + i * BK;
+        const position_t s = qp_local[i];
+        for (index_t j = 0; j < BK; ++j) {
+          if (j >= bk || (p.causal && p.k_positions[j0 + j] > s)) srow[j] = neg_inf;
+        }
+      }
+    }
+
+    // online softmax: m, l, α, P = 2^(S − m)
+    for (index_t i = 0; i < bqp; ++i) {
+      T* srow = st + i * BK;
+      B sv[U];
+      for (index_t u = 0; u < U; ++u) sv[u] = B::load_aligned(srow + u * W);
+      B mx = sv[0];
+      for (index_t u = 1; u < U; ++u) mx = xsimd::max(mx, sv[u]);
+      const T m_new = std::max(m[i], compat::reduce_max(mx));
+      if (m_new == neg_inf) {  // nothing visible in this row yet
+        for (index_t u = 0; u < U; ++u) B(T(0)).store_aligned(srow + u * W);
+        alpha[i] = T(1);
+        continue;
+      }
+      const B mb(m_new);
+      B sum(T(0));
+      for (index_t u = 0; u < U; ++u) {
+        const B e = exp2_nonpositive<T, A>(sv[u] - mb);
+        e.store_aligned(srow + u * W);
+        sum += e;
+      }
+      alpha[i] = m[i] == neg_inf ? T(0) : std::exp2(m[i] - m_new);
+      l[i] = alpha[i] * l[i] + compat::reduce_add(sum);
+      m[i] = m_new;
+    }
+
+    const T* vt = sh.vp + j0 * dvp;
+    for (index_t i = 0; i < bqp; i += R) pv_rows<R, T, A>(st + i * BK, BK, alpha + i, vt, dvp, bk, ot + i * dvp);
+  }
+
+  for (index_t i = 0; i < bq; ++i) {
+    T* o = p.out.row(i0 + i);
+    const T* src = ot + i * dvp;
+    if (l[i] > T(0)) {
+      const T inv = T(1) / l[i];
+      for (index_t c = 0; c < sh.dv; ++c) o[c] = src[c] * inv;
+    } else {
+      for (index_t c = 0; c < sh.dv; ++c) o[c] = T(0);
+    }
+  }
+}
+
+/// The whole call: pack K and V on `res.ws`, then the query tiles (on the pool if any).
+template <class T, class A, class Bias>
+void softmax_simd(const softmax_problem<T>& p, const matrix_view<const T>& q, const matrix_view<const T>& k,
+                  T scale, const Bias& bias, resources res) {
+  using tl = softmax_tiling<T, A>;
+  constexpr index_t W = tl::W, BK = tl::BK, BQ = tl::BQ;
+  const index_t d = q.cols, dv = p.v.cols, nk = p.nk;
+  const index_t dvp = round_up(std::max<index_t>(dv, 1), W);
+  const index_t tiles = (nk + BK - 1) / BK;
+  simd_workspace& ws = *res.ws;
+
+  T* kp = ws.get<T>(simd_workspace::k_packed, tiles * d * BK);
+  T* vp = ws.get<T>(simd_workspace::v_packed, std::max<index_t>(nk, 1) * dvp);
+  auto* kb = ws.get<position_t>(simd_workspace::key_bounds, 2 * std::max<index_t>(tiles, 1));
+  for (index_t jt = 0; jt < tiles; ++jt) {
+    const index_t j0 = jt * BK, bk = std::min(BK, nk - j0);
+    T* dst = kp + jt * d * BK;
+    position_t lo = p.k_positions[j0], hi = lo;
+    for (index_t j = 0; j < bk; ++j) {
+      const T* src = k.row(j0 + j);
+      for (index_t c = 0; c < d; ++c) dst[c * BK + j] = src[c];
+      lo = std::min(lo, p.k_positions[j0 + j]);
+      hi = std::max(hi, p.k_positions[j0 + j]);
+    }
+    for (index_t c = 0; c < d; ++c)
+      for (index_t j = bk; j < BK; ++j) dst[c * BK + j] = T(0);
+    kb[2 * jt] = lo;
+    kb[2 * jt + 1] = hi;
+  }
+  for (index_t j = 0; j < nk; ++j) {
+    std::memcpy(vp + j * dvp, p.v.row(j), static_cast<std::size_t>(dv) * sizeof(T));
+    std::fill(vp + j * dvp + dv, vp + (j + 1) * dvp, T(0));
+  }
+
+  const softmax_shared<T> sh{kp, vp, kb, d, dv, dvp, nk, tiles};
+  const T qscale = scale * std::numbers::log2e_v<T>;
+  const index_t qtiles = (p.nq + BQ - 1) / BQ;
+  if (res.pool == nullptr || qtiles < 2) {
+    for (index_t it = 0; it < qtiles; ++it) softmax_query_tile<T, A>(p, q, qscale, bias, sh, it * BQ, ws);
+    return;
+  }
+  // causal: the last query tiles see the most keys; hand them out first
+  res.pool->run(qtiles, [&](index_t item, int t) {
+    const index_t it = p.causal ? qtiles - 1 - item : item;
+    softmax_query_tile<T, A>(p, q, qscale, bias, sh, it * BQ, t == 0 ? ws : res.pool->workspace(t));
+  });
+}
+
+template <class Backend, class T>
+void softmax_dispatch(const Backend& b, const softmax_problem<T>& p, const dot_logits<T>& l) {
+  if (p.nq == 0) return;
+  softmax_simd<T, typename Backend::arch_type>(p, l.a, l.b, l.scale, no_bias{}, resolve(b));
+}
+template <class Backend, class T, class E>
+void softmax_dispatch(const Backend& b, const softmax_problem<T>& p, const biased_logits<T, E>& l) {
+  if (p.nq == 0) return;
+  softmax_simd<T, typename Backend::arch_type>(p, l.content.a, l.content.b, l.content.scale, l.encoding, resolve(b));
+}
+
+template <class Backend, class T>
+void acquire_features(const Backend& b, feature_scratch<T>& s, index_t nq, index_t nk, index_t f) {
+  simd_workspace& ws = *resolve(b).ws;
+  s.q = matrix_view<T>(ws.get<T>(simd_workspace::q_features, nq * f), nq, f, f);
+  s.k = matrix_view<T>(ws.get<T>(simd_workspace::k_features, nk * f), nk, f, f);
+}
+
+}  // namespace simd_detail
+
+/// SIMD softmax kernel: content logits (no encoding, or encoded features of a linearizable one).
+template <class Arch, class T>
+void softmax_kernel(simd<Arch> b, const softmax_problem<T>& p, const dot_logits<T>& l, const no_value_term&,
+                    const no_reweighting&) {
+  simd_detail::softmax_dispatch(b, p, l);
+}
+template <class Arch, class T>
+void softmax_kernel(const simd_policy<Arch>& b, const softmax_problem<T>& p, const dot_logits<T>& l,
+                    const no_value_term&, const no_reweighting&) {
+  simd_detail::softmax_dispatch(b, p, l);
+}
+/// SIMD softmax kernel: content logits plus an additive bias (ALiBi, T5, Toeplitz tables).
+template <class Arch, class T, class E>
+void softmax_kernel(simd<Arch> b, const softmax_problem<T>& p, const biased_logits<T, E>& l, const no_value_term&,
+                    const no_reweighting&) {
+  simd_detail::softmax_dispatch(b, p, l);
+}
+template <class Arch, class T, class E>
+void softmax_kernel(const simd_policy<Arch>& b, const softmax_problem<T>& p, const biased_logits<T, E>& l,
+                    const no_value_term&, const no_reweighting&) {
+  simd_detail::softmax_dispatch(b, p, l);
+}
+/// Everything else (value terms, URPE reweighting, per-pair scores): the reference kernel.
+template <class Arch, class T, class Logits, class ValueTerm, class Reweight>
+void softmax_kernel(simd<Arch>, const softmax_problem<T>& p, const Logits& l, const ValueTerm& v, const Reweight& c) {
+  softmax_kernel(reference{}, p, l, v, c);
+}
+template <class Arch, class T, class Logits, class ValueTerm, class Reweight>
+void softmax_kernel(const simd_policy<Arch>&, const softmax_problem<T>& p, const Logits& l, const ValueTerm& v,
+                    const Reweight& c) {
+  softmax_kernel(reference{}, p, l, v, c);
+}
+
+/// Encoded Q and K of linearizable encodings live in the (reused) workspace.
+template <class Arch, class T>
+void acquire_feature_scratch(const simd<Arch>& b, feature_scratch<T>& s, index_t nq, index_t nk, index_t f) {
+  simd_detail::acquire_features(b, s, nq, nk, f);
+}
+template <class Arch, class T>
+void acquire_feature_scratch(const simd_policy<Arch>& b, feature_scratch<T>& s, index_t nq, index_t nk, index_t f) {
+  simd_detail::acquire_features(b, s, nq, nk, f);
+}
+
+}  // namespace backend
+}  // namespace v0
+}  // namespace lrpe

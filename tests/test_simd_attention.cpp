@@ -1,0 +1,284 @@
+// SIMD attention kernels (backend::simd, simd_policy) == the reference backend.
+//
+// Tolerance: max |simd − reference| / (1 + max |reference|) ≤ 2e-5 (float) / 1e-12 (double).
+// The two kernels sum in different orders (tiles of 4W keys vs `tile` keys, FMA vs separate
+// products) and the SIMD exp2 is a polynomial (relative error < 2e-7 in float, < 1e-14 in
+// double): on the unit-variance data below the observed errors are ~1e-6 (float) and ~1e-15
+// (double); the bounds leave an order of magnitude, and every check is able to fail (a wrong
+// mask, a missing bias, a wrong scale or a lost tile gives errors ≥ 1e-2).
+#include "attention_helpers.hpp"
+
+#include <doctest/doctest.h>
+
+#include <lrpe/simd.hpp>
+
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+namespace {
+
+using lrpe::index_t;
+using lrpe::position_t;
+using attention_test::random_matrix;
+using attention_test::rm;
+
+template <class T>
+constexpr double tolerance() {
+  return std::is_same_v<T, float> ? 2e-5 : 1e-12;
+}
+
+/// max |a − b| / (1 + max |b|); ∞ if a has a non-finite entry.
+template <class T>
+double diff(const rm<T>& a, const rm<T>& b) {
+  REQUIRE(a.rows() == b.rows());
+  REQUIRE(a.cols() == b.cols());
+  double err = 0, mag = 0;
+  for (index_t i = 0; i < a.rows(); ++i)
+    for (index_t j = 0; j < a.cols(); ++j) {
+      if (!std::isfinite(static_cast<double>(a(i, j)))) return INFINITY;
+      err = std::max(err, std::abs(static_cast<double>(a(i, j)) - static_cast<double>(b(i, j))));
+      mag = std::max(mag, std::abs(static_cast<double>(b(i, j))));
+    }
+  return err / (1 + mag);
+}
+
+/// One random problem shape: sizes (including 1, non-multiples of the vector width and of the
+/// tile), causal or not, positions as offsets or arrays.
+struct shape {
+  index_t nq, nk, d, dv;
+  bool causal;
+  position_t q_offset, k_offset;
+  bool arrays;  ///< sorted random positions with repeats instead of offsets
+};
+
+std::vector<shape> shapes(std::uint64_t seed, int count) {
+  lrpe::generator g(seed);
+  const index_t sizes[] = {1, 2, 7, 16, 33, 63, 64, 65, 100, 129, 200};
+  const index_t dims[] = {1, 3, 8, 16, 17, 32, 64};
+  auto pick = [&](const auto& a) { return a[g.below(std::size(a))]; };
+  std::vector<shape> out;
+  // fixed corner cases first
+  out.push_back({1, 1, 1, 1, false, 0, 0, false});
+  out.push_back({1, 1, 64, 64, true, 0, 0, false});
+  out.push_back({64, 64, 64, 64, true, 0, 0, false});
+  out.push_back({65, 130, 16, 20, true, 65, 0, false});   // KV cache: queries after the keys
+  out.push_back({70, 70, 8, 8, true, 0, 30, false});      // first 30 queries see nothing
+  out.push_back({200, 150, 64, 64, false, 0, 0, false});
+  for (int i = 0; i < count; ++i) {
+    shape s{pick(sizes), pick(sizes), pick(dims), pick(dims), g.below(2) == 1, 0, 0, g.below(3) == 0};
+    s.q_offset = static_cast<position_t>(g.below(50));
+    s.k_offset = static_cast<position_t>(g.below(50));
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::vector<position_t> sorted_positions(lrpe::generator& g, index_t n, position_t start) {
+  std::vector<position_t> p(static_cast<std::size_t>(n));
+  position_t x = start;
+  for (auto& e : p) {
+    e = x;
+    x += static_cast<position_t>(g.below(3));  // steps 0, 1, 2: repeats included
+  }
+  return p;
+}
+
+/// Runs reference and SIMD softmax on one shape with encoding `enc`; returns the difference.
+template <class T, class Enc, class Backend = lrpe::backend::simd<>>
+double softmax_case(const shape& s, const Enc& enc, std::uint64_t seed, Backend backend = {}) {
+  lrpe::generator g(seed);
+  const rm<T> q = random_matrix<T>(g, s.nq, s.d), k = random_matrix<T>(g, s.nk, s.d), v = random_matrix<T>(g, s.nk, s.dv);
+  const auto qp = sorted_positions(g, s.nq, s.q_offset), kp = sorted_positions(g, s.nk, s.k_offset);
+  lrpe::softmax_options<> opt;
+  opt.causal = s.causal;
+  opt.tile = 16;
+  if (s.arrays) {
+    opt.q_positions = lrpe::positions(std::span<const position_t>(qp));
+    opt.k_positions = lrpe::positions(std::span<const position_t>(kp));
+  } else {
+    opt.q_positions = s.q_offset;
+    opt.k_positions = s.k_offset;
+  }
+  rm<T> ref(s.nq, s.dv), out(s.nq, s.dv);
+  out.setConstant(T(123));
+  lrpe::softmax_attention(q, k, v, ref, enc, opt);
+  lrpe::softmax_attention(q, k, v, out, enc, opt, backend);
+  return diff(out, ref);
+}
+
+#define SHAPE_INFO(s)                                                                                      \
+  INFO("nq=" << s.nq << " nk=" << s.nk << " d=" << s.d << " dv=" << s.dv << " causal=" << s.causal        \
+             << " offsets=" << s.q_offset << "," << s.k_offset << " arrays=" << s.arrays)
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("simd exp2 of non-positive arguments: relative error and exact zeros", T, float, double) {
+  using A = xsimd::default_arch;
+  using B = xsimd::batch<T, A>;
+  constexpr std::size_t W = B::size;
+  double worst = 0;
+  for (int i = 0; i <= 200000; ++i) {
+    const T x = static_cast<T>(-130.0 * i / 200000.0);
+    alignas(64) T in[W], res[W];
+    for (std::size_t l = 0; l < W; ++l) in[l] = x;
+    lrpe::backend::simd_detail::exp2_nonpositive<T, A>(B::load_aligned(in)).store_aligned(res);
+    const long double want = std::exp2(static_cast<long double>(x));
+    if (x >= (std::is_same_v<T, float> ? T(-126) : T(-1022)))
+      worst = std::max(worst, static_cast<double>(std::abs(res[0] - want) / want));
+    else
+      CHECK(res[0] == T(0));
+  }
+  MESSAGE("max relative error of exp2: " << worst);
+  CHECK(worst < (std::is_same_v<T, float> ? 4e-7 : 1e-14));
+  alignas(64) T in[W], res[W];
+  for (std::size_t l = 0; l < W; ++l) in[l] = -std::numeric_limits<T>::infinity();
+  lrpe::backend::simd_detail::exp2_nonpositive<T, A>(B::load_aligned(in)).store_aligned(res);
+  CHECK(res[0] == T(0));
+  for (std::size_t l = 0; l < W; ++l) in[l] = T(0);
+  lrpe::backend::simd_detail::exp2_nonpositive<T, A>(B::load_aligned(in)).store_aligned(res);
+  CHECK(res[0] == T(1));
+}
+
+TEST_CASE_TEMPLATE("simd softmax, no encoding: == reference on random shapes, causal or not, offsets, arrays", T,
+                   float, double) {
+  const std::uint64_t seed = 0x51D0'0001;
+  MESSAGE("seed = " << seed);
+  int n = 0;
+  for (const shape& s : shapes(seed, 60)) {
+    SHAPE_INFO(s);
+    CHECK(softmax_case<T>(s, lrpe::no_encoding{}, seed + static_cast<std::uint64_t>(++n)) <= tolerance<T>());
+  }
+}
+
+TEST_CASE_TEMPLATE("simd softmax, ALiBi and T5 bias (through bias(s, t)): == reference", T, float, double) {
+  const std::uint64_t seed = 0x51D0'0002;
+  MESSAGE("seed = " << seed);
+  int n = 0;
+  for (shape s : shapes(seed, 30)) {
+    SHAPE_INFO(s);
+    const lrpe::canonical::alibi<T> causal_alibi(s.d, {0.25}, lrpe::canonical::alibi_form::causal);
+    const lrpe::canonical::alibi<T> sym_alibi(s.d, {0.0625}, lrpe::canonical::alibi_form::symmetric);
+    lrpe::generator g(seed + 1000);
+    std::vector<T> table(32);
+    for (auto& x : table) x = static_cast<T>(2 * g.normal());
+    const lrpe::canonical::t5_bias<T> t5(s.d, lrpe::canonical::t5_buckets{32, 64, !s.causal}, table);
+    CHECK(softmax_case<T>(s, causal_alibi, seed + static_cast<std::uint64_t>(++n)) <= tolerance<T>());
+    CHECK(softmax_case<T>(s, sym_alibi, seed + static_cast<std::uint64_t>(++n)) <= tolerance<T>());
+    CHECK(softmax_case<T>(s, t5, seed + static_cast<std::uint64_t>(++n)) <= tolerance<T>());
+  }
+}
+
+TEST_CASE_TEMPLATE("simd softmax, every LRPE preset through the multiplicative path: == reference", T, float,
+                   double) {
+  const std::uint64_t seed = 0x51D0'0003;
+  MESSAGE("seed = " << seed);
+  const index_t d = 16;
+  const shape cases[] = {{37, 37, d, 16, true, 3, 3, false},
+                         {70, 90, d, 20, false, 1000, 7, false},
+                         {65, 65, d, 16, true, 0, 0, true}};
+  auto check = [&](const auto& enc, const char* name) {
+    int n = 0;
+    for (const shape& s : cases) {
+      SHAPE_INFO(s);
+      INFO("preset " << name);
+      CHECK(softmax_case<T>(s, enc, seed + static_cast<std::uint64_t>(++n)) <= tolerance<T>());
+    }
+  };
+  check(lrpe::type1<T>(d), "type1");
+  check(lrpe::type2<T>(d), "type2");
+  check(lrpe::type3<T>(d), "type3");
+  check(lrpe::type4<T>(d), "type4");
+  check(lrpe::type5<T>(d), "type5");
+  check(lrpe::type6<T>(d), "type6");
+  check(lrpe::type7<T>(d), "type7");
+  check(lrpe::type8<T>(d), "type8");
+  check(lrpe::rope_gptj<T>(d), "rope_gptj");
+  check(lrpe::rope_neox<T>(d), "rope_neox");
+  check(lrpe::permuteformer<T>(d), "permuteformer");
+}
+
+TEST_CASE_TEMPLATE("simd softmax: logits of +-1e4 stay finite and equal the reference", T, float, double) {
+  for (bool causal : {false, true}) {
+    const shape s{50, 80, 8, 8, causal, 10, 0, false};
+    SHAPE_INFO(s);
+    const lrpe::canonical::alibi<T> steep(s.d, {1e4}, lrpe::canonical::alibi_form::symmetric);
+    CHECK(softmax_case<T>(s, steep, 7) <= tolerance<T>());
+  }
+}
+
+TEST_CASE_TEMPLATE("simd softmax: Shaw value term and URPE reweighting fall back to the reference kernel", T, float,
+                   double) {
+  lrpe::generator g(11);
+  const index_t n = 40, d = 8, r = 4;
+  const rm<T> q = random_matrix<T>(g, n, d), k = random_matrix<T>(g, n, d), v = random_matrix<T>(g, n, d);
+  const lrpe::canonical::shaw<T> shaw(d, r, random_matrix<T>(g, 2 * r + 1, d), random_matrix<T>(g, 2 * r + 1, d));
+  rm<T> ref(n, d), out(n, d);
+  lrpe::softmax_attention(q, k, v, ref, shaw, lrpe::softmax_options<>{.causal = true});
+  lrpe::softmax_attention(q, k, v, out, shaw, lrpe::softmax_options<>{.causal = true}, lrpe::backend::simd<>{});
+  CHECK(diff(out, ref) <= tolerance<T>());
+}
+
+TEST_CASE_TEMPLATE("simd softmax: 2 threads and caller-owned workspaces give the single-thread result bit for bit", T,
+                   float, double) {
+  lrpe::backend::simd_threads pool(2);
+  lrpe::backend::simd_workspace ws;
+  lrpe::generator g(21);
+  for (bool causal : {false, true}) {
+    const index_t n = 333, d = 32;
+    const rm<T> q = random_matrix<T>(g, n, d), k = random_matrix<T>(g, n, d), v = random_matrix<T>(g, n, d);
+    rm<T> one(n, d), two(n, d), own(n, d), ref(n, d);
+    const lrpe::softmax_options<> opt{.causal = causal};
+    lrpe::softmax_attention(q, k, v, ref, lrpe::no_encoding{}, opt);
+    lrpe::softmax_attention(q, k, v, one, lrpe::no_encoding{}, opt, lrpe::backend::simd<>{});
+    lrpe::softmax_attention(q, k, v, two, lrpe::no_encoding{}, opt, lrpe::backend::simd_policy<>{&pool});
+    lrpe::softmax_attention(q, k, v, own, lrpe::no_encoding{}, opt, lrpe::backend::simd_policy<>{nullptr, &ws});
+    CHECK(diff(one, ref) <= tolerance<T>());
+    CHECK(two == one);
+    CHECK(own == one);
+  }
+}
+
+TEST_CASE_TEMPLATE("simd softmax, multi-head (BNSH) on a 2-thread pool == reference per head", T, float, double) {
+  lrpe::backend::simd_threads pool(2);
+  lrpe::generator g(31);
+  const index_t b = 2, h = 3, n = 77, d = 16;
+  std::vector<T> q(static_cast<std::size_t>(b * h * n * d)), k(q.size()), v(q.size()), ref(q.size()), out(q.size());
+  for (auto* x : {&q, &k, &v})
+    for (auto& e : *x) e = static_cast<T>(g.normal());
+  const auto alibi = lrpe::canonical::alibi<T>::for_heads(d, h);
+  const lrpe::softmax_options<> opt{.causal = true};
+  lrpe::softmax_attention(lrpe::bnsh(q.data(), b, h, n, d), lrpe::bnsh(k.data(), b, h, n, d),
+                          lrpe::bnsh(v.data(), b, h, n, d), lrpe::bnsh(ref.data(), b, h, n, d), alibi, opt);
+  lrpe::softmax_attention(lrpe::bnsh(q.data(), b, h, n, d), lrpe::bnsh(k.data(), b, h, n, d),
+                          lrpe::bnsh(v.data(), b, h, n, d), lrpe::bnsh(out.data(), b, h, n, d), alibi, opt,
+                          lrpe::backend::simd_policy<>{&pool});
+  double err = 0;
+  for (std::size_t i = 0; i < out.size(); ++i) err = std::max(err, std::abs(static_cast<double>(out[i] - ref[i])));
+  CHECK(err <= 10 * tolerance<T>());
+}
+
+TEST_CASE("simd softmax: errors thrown on a worker thread reach the caller") {
+  lrpe::backend::simd_threads pool(2);
+  std::vector<float> q(2 * 4 * 8, 1.f), out(q.size());
+  const auto alibi = lrpe::canonical::alibi<float>::for_heads(8, 3);  // 3 slopes for 2 heads
+  CHECK_THROWS_AS(lrpe::softmax_attention(lrpe::bnsh(q.data(), 1, 2, 4, 8), lrpe::bnsh(q.data(), 1, 2, 4, 8),
+                                          lrpe::bnsh(q.data(), 1, 2, 4, 8), lrpe::bnsh(out.data(), 1, 2, 4, 8), alibi,
+                                          lrpe::softmax_options<>{}, lrpe::backend::simd_policy<>{&pool}),
+                  lrpe::shape_error);
+}
+
+TEST_CASE("simd softmax: a reused workspace stops allocating after the first call") {
+  lrpe::backend::simd_workspace ws;
+  lrpe::generator g(41);
+  const index_t n = 300, d = 64;
+  const rm<float> q = random_matrix<float>(g, n, d), k = random_matrix<float>(g, n, d), v = random_matrix<float>(g, n, d);
+  rm<float> out(n, d);
+  const lrpe::type1<float> enc(d);
+  const lrpe::backend::simd_policy<> policy{nullptr, &ws};
+  lrpe::softmax_attention(q, k, v, out, enc, lrpe::softmax_options<>{.causal = true}, policy);
+  const std::size_t after_first = ws.allocations();
+  CHECK(after_first > 0);
+  for (int i = 0; i < 3; ++i) lrpe::softmax_attention(q, k, v, out, enc, lrpe::softmax_options<>{.causal = true}, policy);
+  CHECK(ws.allocations() == after_first);
+}
