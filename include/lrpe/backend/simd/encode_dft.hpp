@@ -6,7 +6,7 @@
  * radix-2 FFT written as if on scalars runs on all rows at once with no shuffles. Per group:
  * rows are gathered column by column in bit-reversed order and scaled by 1/√d, log₂d
  * decimation-in-time stages run on vectors (twiddles e^{−2πi t/d} from exactly reduced double
- * angles, broadcast), the bins are scattered to a row-major scratch block, and the phase
+ * angles, broadcast), the bins are transposed to a row-major scratch block, and the phase
  * e^{i s θ_k} of each row's position (the driver's per-position table) is applied row-wise
  * while writing [Re, Im] to the output. Widths that are not a power of two, or above
  * `max_dim`, take the reference path (docs/backends.md).
@@ -74,21 +74,38 @@ class dft_phase_kernel {
                   T* y, index_t y_stride) const noexcept {
     alignas(64) T re[max_dim * lanes];
     alignas(64) T im[max_dim * lanes];
-    alignas(64) index_of_t<T> off[lanes];
-    for (index_t r = 0; r < lanes; ++r)
-      off[r] = static_cast<index_of_t<T>>((r < m ? r : 0) * x_stride);  // idle lanes re-read row 0
-    const ib xoff = ib::load_aligned(off);
-    const b sc(scale_);
     const index_t d = d_;
-    // Gather columns in bit-reversed order; stage 1 (w = 1, imaginary parts 0) fused in.
-    for (index_t n = 0; n < d; n += 2) {
-      const b a = b::gather(x + rev_[static_cast<std::size_t>(n)], xoff) * sc;
-      const b c = b::gather(x + rev_[static_cast<std::size_t>(n + 1)], xoff) * sc;
-      (a + c).store_aligned(re + n * lanes);
-      (a - c).store_aligned(re + (n + 1) * lanes);
-      const b z(T(0));
-      z.store_aligned(im + n * lanes);
-      z.store_aligned(im + (n + 1) * lanes);
+    const b sc(scale_);
+    const b zero(T(0));
+    if (fast_transpose()) {
+      // lanes×lanes tiles of the rows, transposed in registers; column c lands at rev(c).
+      b v[lanes];
+      for (index_t c0 = 0; c0 < d; c0 += lanes) {
+        for (index_t r = 0; r < lanes; ++r) v[r] = b::load_unaligned(x + (r < m ? r : 0) * x_stride + c0);
+        compat::transpose_square(v);
+        for (index_t j = 0; j < lanes; ++j) (v[j] * sc).store_aligned(re + rev_[static_cast<std::size_t>(c0 + j)] * lanes);
+      }
+      for (index_t n = 0; n < d; n += 2) {  // stage 1: w = 1, imaginary parts 0
+        const b a = b::load_aligned(re + n * lanes), c = b::load_aligned(re + (n + 1) * lanes);
+        (a + c).store_aligned(re + n * lanes);
+        (a - c).store_aligned(re + (n + 1) * lanes);
+        zero.store_aligned(im + n * lanes);
+        zero.store_aligned(im + (n + 1) * lanes);
+      }
+    } else {
+      alignas(64) index_of_t<T> off[lanes];
+      for (index_t r = 0; r < lanes; ++r)
+        off[r] = static_cast<index_of_t<T>>((r < m ? r : 0) * x_stride);  // idle lanes re-read row 0
+      const ib xoff = ib::load_aligned(off);
+      // Gather columns in bit-reversed order; stage 1 (w = 1, imaginary parts 0) fused in.
+      for (index_t n = 0; n < d; n += 2) {
+        const b a = compat::gather(x + rev_[static_cast<std::size_t>(n)], xoff) * sc;
+        const b c = compat::gather(x + rev_[static_cast<std::size_t>(n + 1)], xoff) * sc;
+        (a + c).store_aligned(re + n * lanes);
+        (a - c).store_aligned(re + (n + 1) * lanes);
+        zero.store_aligned(im + n * lanes);
+        zero.store_aligned(im + (n + 1) * lanes);
+      }
     }
     for (index_t h = 2; h < d; h *= 2) {
       const index_t step = d / (2 * h);
@@ -111,20 +128,37 @@ class dft_phase_kernel {
         }
       }
     }
-    // Bins to a row-major block (row r: re[d], im[d]), then the phase row by row into y.
+    // Bins to a row-major block (row r: re[d], im[d]): in-register transposes where the arch
+    // has them, else a scalar transpose through L1 (faster than vector scatters, which are
+    // microcoded on AMD Zen 4); then the phase row by row.
     alignas(64) T rows[2 * max_dim * lanes];
-    alignas(64) index_of_t<T> roff[lanes];
-    for (index_t r = 0; r < lanes; ++r) roff[r] = static_cast<index_of_t<T>>(r * 2 * d);
-    const ib yoff = ib::load_aligned(roff);
-    for (index_t k = 0; k < d; ++k) {
-      b::load_aligned(re + k * lanes).scatter(rows + k, yoff);
-      b::load_aligned(im + k * lanes).scatter(rows + d + k, yoff);
+    if (fast_transpose()) {
+      b v[lanes];
+      for (const T* src : {re, im}) {
+        const index_t half = src == re ? 0 : d;
+        for (index_t k0 = 0; k0 < d; k0 += lanes) {
+          for (index_t j = 0; j < lanes; ++j) v[j] = b::load_aligned(src + (k0 + j) * lanes);
+          compat::transpose_square(v);
+          for (index_t r = 0; r < m; ++r) v[r].store_unaligned(rows + r * 2 * d + half + k0);
+        }
+      }
+    } else {
+      for (index_t r = 0; r < m; ++r) {
+        T* out_r = rows + r * 2 * d;
+        for (index_t k = 0; k < d; ++k) {
+          out_r[k] = re[k * lanes + r];
+          out_r[d + k] = im[k * lanes + r];
+        }
+      }
     }
     for (index_t r = 0; r < m; ++r)
       phase_row(table + r * table_width, rows + r * 2 * d, y + r * y_stride);
   }
 
  private:
+  /// Tiles of lanes×lanes transposed in registers (AVX-512 float, d a multiple of the lanes).
+  bool fast_transpose() const noexcept { return compat::has_fast_transpose<T, Arch> && d_ % lanes == 0; }
+
   /// y = [Re, Im] of (re + i·im)·e^{iφ}: features ≥ e pass through.
   void phase_row(const T* row, const T* z, T* y) const noexcept {
     const index_t e = phase_.e_, d = d_;

@@ -9,6 +9,14 @@
  * | `compat::reduce_max(b)`   | (none: written here) | `xsimd::reduce_max(b)`|
  * | `compat::reduce_min(b)`   | (none: written here) | `xsimd::reduce_min(b)`|
  * | `compat::common_arch`     | `xsimd::generic`     | `xsimd::common`       |
+ * | `compat::gather(p, idx)`  | `batch::gather` (see below) | `batch::gather` |
+ * | `compat::scatter(b, p, idx)` | `batch::scatter` (see below) | `batch::scatter` |
+ *
+ * Gather/scatter: xsimd 8.1's overload resolution picks its generic lane-by-lane gather (one
+ * insert per lane, measured 10× slower than `vgatherdps`) even on AVX-512, so on xsimd < 9 and
+ * x86 the compat versions call the AVX-512 / AVX2 intrinsics directly, and fall back to a
+ * scalar loop through the stack elsewhere (which is what the generic code does, minus the
+ * per-lane masks).
  *
  * `reduce_max`/`reduce_min` here are written by a store to the stack and a scalar loop: they
  * are used once per row/tile, never in an inner loop, so a shuffle tree is not worth the
@@ -20,8 +28,14 @@
 #include <lrpe/backend/simd/tag.hpp>
 
 #include <cstddef>
+#include <cstdint>
+#include <type_traits>
 
 #include <xsimd/xsimd.hpp>
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #if !defined(XSIMD_VERSION_MAJOR)
 #error "lrpe: cannot read XSIMD_VERSION_MAJOR; is <xsimd/xsimd.hpp> from xsimd >= 8?"
@@ -84,6 +98,112 @@ inline T reduce_min(const xsimd::batch<T, Arch>& b) noexcept {
   T m = tmp[0];
   for (std::size_t i = 1; i < xsimd::batch<T, Arch>::size; ++i) m = tmp[i] < m ? tmp[i] : m;
   return m;
+}
+
+/// b[i] = base[idx[i]] (float with int32 indices, double with int64 indices).
+template <class T, class I, class Arch>
+inline xsimd::batch<T, Arch> gather(const T* base, const xsimd::batch<I, Arch>& idx) noexcept {
+  static_assert(sizeof(T) == sizeof(I) && std::is_integral_v<I>, "compat::gather: index width must match T");
+#if defined(__AVX512F__)
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
+    if constexpr (std::is_same_v<T, float>) return _mm512_i32gather_ps(idx, base, 4);
+    else return _mm512_i64gather_pd(idx, base, 8);
+  } else
+#endif
+#if defined(__AVX2__)
+  if constexpr (std::is_base_of_v<xsimd::avx2, Arch>) {
+    if constexpr (std::is_same_v<T, float>) return _mm256_i32gather_ps(base, idx, 4);
+    else return _mm256_i64gather_pd(base, idx, 8);
+  } else
+#endif
+  {
+    constexpr std::size_t n = xsimd::batch<T, Arch>::size;
+    I ix[n];
+    T v[n];
+    idx.store_unaligned(ix);
+    for (std::size_t i = 0; i < n; ++i) v[i] = base[ix[i]];
+    return xsimd::batch<T, Arch>::load_unaligned(v);
+  }
+}
+
+/// base[idx[i]] = b[i] (indices must be distinct).
+template <class T, class I, class Arch>
+inline void scatter(const xsimd::batch<T, Arch>& b, T* base, const xsimd::batch<I, Arch>& idx) noexcept {
+  static_assert(sizeof(T) == sizeof(I) && std::is_integral_v<I>, "compat::scatter: index width must match T");
+#if defined(__AVX512F__)
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
+    if constexpr (std::is_same_v<T, float>) _mm512_i32scatter_ps(base, idx, b, 4);
+    else _mm512_i64scatter_pd(base, idx, b, 8);
+  } else
+#endif
+  {
+    constexpr std::size_t n = xsimd::batch<T, Arch>::size;
+    I ix[n];
+    T v[n];
+    idx.store_unaligned(ix);
+    b.store_unaligned(v);
+    for (std::size_t i = 0; i < n; ++i) base[ix[i]] = v[i];
+  }
+}
+
+/// True when `transpose_square<T, Arch>` is an in-register shuffle transpose (AVX-512 float).
+template <class T, class Arch>
+inline constexpr bool has_fast_transpose =
+#if defined(__AVX512F__)
+    std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, Arch>;
+#else
+    false;
+#endif
+
+/**
+ * Transposes the lanes×lanes matrix whose row i is v[i], in place (v[i] becomes column i).
+ * AVX-512 float: 64 shuffles for 16×16 (unpack ps, unpack pd, two rounds of shuffle_f32x4);
+ * elsewhere a scalar transpose through the stack.
+ */
+template <class T, class Arch>
+inline void transpose_square(xsimd::batch<T, Arch>* v) noexcept {
+#if defined(__AVX512F__)
+  if constexpr (has_fast_transpose<T, Arch>) {
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; ++i) r[i] = v[i];
+    for (int i = 0; i < 16; i += 2) {
+      t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    const auto lo = [](__m512 a, __m512 b) {
+      return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+    };
+    const auto hi = [](__m512 a, __m512 b) {
+      return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+    };
+    for (int i = 0; i < 16; i += 4) {
+      r[i] = lo(t[i], t[i + 2]);
+      r[i + 1] = hi(t[i], t[i + 2]);
+      r[i + 2] = lo(t[i + 1], t[i + 3]);
+      r[i + 3] = hi(t[i + 1], t[i + 3]);
+    }
+    for (int g = 0; g < 16; g += 8) {
+      for (int i = 0; i < 4; ++i) {
+        t[g + i] = _mm512_shuffle_f32x4(r[g + i], r[g + i + 4], 0x88);
+        t[g + i + 4] = _mm512_shuffle_f32x4(r[g + i], r[g + i + 4], 0xdd);
+      }
+    }
+    for (int i = 0; i < 8; ++i) {
+      r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+      r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+    }
+    for (int i = 0; i < 16; ++i) v[i] = r[i];
+    return;
+  }
+#endif
+  constexpr std::size_t n = xsimd::batch<T, Arch>::size;
+  T m[n * n];
+  for (std::size_t i = 0; i < n; ++i) v[i].store_unaligned(m + i * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    T col[n];
+    for (std::size_t j = 0; j < n; ++j) col[j] = m[j * n + i];
+    v[i] = xsimd::batch<T, Arch>::load_unaligned(col);
+  }
 }
 
 }  // namespace compat

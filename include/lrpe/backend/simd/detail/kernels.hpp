@@ -128,7 +128,7 @@ struct permutation_gather {
     const index_t d = static_cast<index_t>(idx_.size());
     const index_of_t<T>* idx = idx_.data();
     index_t j = 0;
-    for (; j + w <= d; j += w) b::gather(x, ib::load_unaligned(idx + j)).store_unaligned(y + j);
+    for (; j + w <= d; j += w) compat::gather(x, ib::load_unaligned(idx + j)).store_unaligned(y + j);
     for (; j < d; ++j) y[j] = x[idx[j]];
   }
   std::vector<index_of_t<T>> idx_;
@@ -387,7 +387,7 @@ struct l_kernel<Arch, lambda::permutation_power<T>> {
 
   void apply(const entry* row, const T* x, T* y) const noexcept {
     index_t j = 0;
-    for (; j + w <= d_; j += w) b::gather(x, ib::load_unaligned(row + j)).store_unaligned(y + j);
+    for (; j + w <= d_; j += w) compat::gather(x, ib::load_unaligned(row + j)).store_unaligned(y + j);
     for (; j < d_; ++j) y[j] = x[row[j]];
   }
 
