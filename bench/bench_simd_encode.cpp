@@ -1,0 +1,179 @@
+// SIMD encoders (backend::simd<>, compile-time arch) on the issue-6 shapes: batch 1, 8 heads,
+// d = 64, fp32, Q and K encoded in one call (BNSH), n ∈ {512, 8192}; beside in-run anchors and the
+// reference backend.
+//
+// Anchors (measured first, in the same run; the best run of each is kept as the ceiling):
+// - `anchor/copy_stream`: memcpy of 256 MiB into another 256 MiB (STREAM-like copy);
+// - `anchor/copy_l3`: memcpy of 2 MiB into 2 MiB (4 MiB footprint, L3-resident on this machine).
+// Every kernel reports GB/s of bytes read + written (inputs once, outputs once) and `frac` = that
+// over the matching anchor (STREAM copy for n = 8192, L3 copy for n = 512), `ms` per call, and
+// `minflt` = minor page faults per call (getrusage; 0 means no first-touch of fresh pages).
+// `dispatch/*` runs the same kernel through runtime dispatch (xsimd::dispatch over per-arch
+// translation units built by cmake/lrpeSimdDispatch.cmake) when the build provides them.
+//
+// Run by hand (Release): bench_simd_encode --benchmark_repetitions=5
+//   --benchmark_report_aggregates_only=true --benchmark_counters_tabular=true
+#include <lrpe/lrpe.hpp>
+#include <lrpe/backend/simd/encode.hpp>
+
+#include "dispatch/simd_encode_dispatch.hpp"
+
+#include <benchmark/benchmark.h>
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+constexpr lrpe::index_t heads = 8, dim = 64;
+
+double g_stream_bw = 0;  // bytes/s, best anchor run
+double g_l3_bw = 0;
+
+long minor_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
+/// Times `body` per iteration (manual time) and reports GB/s, frac of the anchor, ms, minflt.
+template <class Body>
+void timed(benchmark::State& state, double bytes, double anchor_bw, Body&& body) {
+  body();  // warm-up: first touch of outputs, kernel caches
+  double total = 0;
+  const long f0 = minor_faults();
+  for (auto _ : state) {
+    const auto t0 = clock_type::now();
+    body();
+    const auto t1 = clock_type::now();
+    const double s = std::chrono::duration<double>(t1 - t0).count();
+    state.SetIterationTime(s);
+    total += s;
+  }
+  const long f1 = minor_faults();
+  const double iters = static_cast<double>(state.iterations());
+  const double bw = bytes * iters / total;
+  state.counters["GB/s"] = bw / 1e9;
+  state.counters["ms"] = 1e3 * total / iters;
+  state.counters["minflt"] = static_cast<double>(f1 - f0) / iters;
+  if (anchor_bw > 0) state.counters["frac"] = bw / anchor_bw;
+}
+
+void copy_anchor(benchmark::State& state, std::size_t bytes, double& best) {
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  double total = 0;
+  std::memcpy(dst.data(), src.data(), bytes);
+  for (auto _ : state) {
+    const auto t0 = clock_type::now();
+    std::memcpy(dst.data(), src.data(), bytes);
+    benchmark::ClobberMemory();
+    const auto t1 = clock_type::now();
+    const double s = std::chrono::duration<double>(t1 - t0).count();
+    state.SetIterationTime(s);
+    total += s;
+  }
+  const double bw = 2.0 * static_cast<double>(bytes) * static_cast<double>(state.iterations()) / total;
+  best = std::max(best, bw);
+  state.counters["GB/s"] = bw / 1e9;
+}
+
+void anchor_copy_stream(benchmark::State& state) { copy_anchor(state, 256u << 20, g_stream_bw); }
+void anchor_copy_l3(benchmark::State& state) { copy_anchor(state, 2u << 20, g_l3_bw); }
+
+double anchor_for(lrpe::index_t n) { return n >= 4096 ? g_stream_bw : g_l3_bw; }
+
+/// Q and K (BNSH, batch 1) with their outputs.
+struct qk_data {
+  lrpe::row_matrix<float> q, k, qo, ko;
+  qk_data(lrpe::index_t n, lrpe::index_t f)
+      : q(lrpe::row_matrix<float>::Random(heads * n, dim)),
+        k(lrpe::row_matrix<float>::Random(heads * n, dim)),
+        qo(lrpe::row_matrix<float>::Zero(heads * n, f)),
+        ko(lrpe::row_matrix<float>::Zero(heads * n, f)) {}
+  double bytes() const {
+    return static_cast<double>(sizeof(float)) * static_cast<double>(q.size() + k.size() + qo.size() + ko.size());
+  }
+};
+
+template <class E, class Backend>
+void encode_qk_bench(benchmark::State& state, const E& enc, Backend) {
+  const auto n = static_cast<lrpe::index_t>(state.range(0));
+  qk_data m(n, enc.feature_dim());
+  const auto qv = lrpe::bnsh<const float>(m.q.data(), 1, heads, n, dim);
+  const auto kv = lrpe::bnsh<const float>(m.k.data(), 1, heads, n, dim);
+  const auto qo = lrpe::bnsh(m.qo.data(), 1, heads, n, enc.feature_dim());
+  const auto ko = lrpe::bnsh(m.ko.data(), 1, heads, n, enc.feature_dim());
+  if constexpr (std::is_same_v<Backend, lrpe::backend::reference>) {
+    timed(state, m.bytes(), anchor_for(n), [&] {
+      lrpe::encode_qk(lrpe::backend::reference{}, enc, qv, 0, kv, 0, qo, ko);
+      benchmark::ClobberMemory();
+    });
+  } else {
+    const lrpe::simd_encoder<E> se(enc);  // kernels built once: steady-state calls
+    timed(state, m.bytes(), anchor_for(n), [&] {
+      se.encode_qk(qv, 0, kv, 0, qo, ko);
+      benchmark::ClobberMemory();
+    });
+  }
+}
+
+using simd = lrpe::backend::simd<>;
+using reference = lrpe::backend::reference;
+
+void rope_interleaved(benchmark::State& s) { encode_qk_bench(s, lrpe::rope_gptj<float>(dim), simd{}); }
+void rope_split_half(benchmark::State& s) { encode_qk_bench(s, lrpe::rope_neox<float>(dim), simd{}); }
+void householder_only(benchmark::State& s) {
+  encode_qk_bench(s, lrpe::encoder(lrpe::p::householder<float>::seeded(dim, 1), lrpe::lambda::identity<float>(dim)), simd{});
+}
+void permutation_only(benchmark::State& s) {
+  encode_qk_bench(s, lrpe::encoder(lrpe::p::permutation<float>::seeded(dim, 1), lrpe::lambda::identity<float>(dim)), simd{});
+}
+void permutation_power(benchmark::State& s) { encode_qk_bench(s, lrpe::permuteformer<float>(dim), simd{}); }
+void fused_householder_rotation_type1(benchmark::State& s) { encode_qk_bench(s, lrpe::type1<float>(dim), simd{}); }
+void fused_odd_even_rotation_type5(benchmark::State& s) { encode_qk_bench(s, lrpe::type5<float>(dim), simd{}); }
+void fused_householder_perm_power_type4(benchmark::State& s) { encode_qk_bench(s, lrpe::type4<float>(dim), simd{}); }
+void lrpe_cosine(benchmark::State& s) {
+  encode_qk_bench(s, lrpe::encoder(lrpe::p::identity<float>(dim), lrpe::lambda::complex_phase<float>(dim)), simd{});
+}
+void dft_phase_type8(benchmark::State& s) { encode_qk_bench(s, lrpe::type8<float>(dim), simd{}); }
+void reference_rope_interleaved(benchmark::State& s) { encode_qk_bench(s, lrpe::rope_gptj<float>(dim), reference{}); }
+void reference_type1(benchmark::State& s) { encode_qk_bench(s, lrpe::type1<float>(dim), reference{}); }
+void reference_type8(benchmark::State& s) { encode_qk_bench(s, lrpe::type8<float>(dim), reference{}); }
+
+void dispatch_rope_split_half(benchmark::State& state) {
+  const auto n = static_cast<lrpe::index_t>(state.range(0));
+  const lrpe::rope_neox<float> enc(dim);
+  qk_data m(n, dim);
+  state.SetLabel(lrpe_bench::dispatch_arch_name());
+  timed(state, m.bytes(), anchor_for(n), [&] {
+    lrpe_bench::dispatch_rope_neox_qk(enc, m.q.data(), m.k.data(), m.qo.data(), m.ko.data(), heads, n);
+    benchmark::ClobberMemory();
+  });
+}
+
+}  // namespace
+
+BENCHMARK(anchor_copy_stream)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK(anchor_copy_l3)->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.5);
+#define LRPE_QK(f) BENCHMARK(f)->Arg(8192)->Arg(512)->UseManualTime()->Unit(benchmark::kMicrosecond)
+LRPE_QK(rope_interleaved);
+LRPE_QK(rope_split_half);
+LRPE_QK(householder_only);
+LRPE_QK(permutation_only);
+LRPE_QK(permutation_power);
+LRPE_QK(fused_householder_rotation_type1);
+LRPE_QK(fused_odd_even_rotation_type5);
+LRPE_QK(fused_householder_perm_power_type4);
+LRPE_QK(lrpe_cosine);
+LRPE_QK(dft_phase_type8);
+LRPE_QK(reference_rope_interleaved);
+LRPE_QK(reference_type1);
+LRPE_QK(reference_type8);
+LRPE_QK(dispatch_rope_split_half);
+
+BENCHMARK_MAIN();
