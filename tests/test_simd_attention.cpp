@@ -282,3 +282,166 @@ TEST_CASE("simd softmax: a reused workspace stops allocating after the first cal
   for (int i = 0; i < 3; ++i) lrpe::softmax_attention(q, k, v, out, enc, lrpe::softmax_options<>{.causal = true}, policy);
   CHECK(ws.allocations() == after_first);
 }
+
+// ------------------------------------------------------------------------------ linear attention
+
+namespace {
+
+struct linear_case_options {
+  bool causal = false;
+  lrpe::normalisation norm = lrpe::normalisation::none;
+  index_t chunk = 64;
+  double decay = 1.0;
+};
+
+/// Runs reference and SIMD linear attention on one shape; returns the difference.
+template <class T, class Enc, class Phi>
+double linear_case(const shape& s, const Enc& enc, const Phi& phi, const linear_case_options& lo, std::uint64_t seed) {
+  lrpe::generator g(seed);
+  const index_t d = s.d;
+  const rm<T> q = random_matrix<T>(g, s.nq, d, 0.5), k = random_matrix<T>(g, s.nk, d, 0.5),
+              v = random_matrix<T>(g, s.nk, s.dv);
+  const auto qp = sorted_positions(g, s.nq, s.q_offset), kp = sorted_positions(g, s.nk, s.k_offset);
+  lrpe::linear_options opt;
+  opt.causal = lo.causal;
+  opt.norm = lo.norm;
+  opt.chunk = lo.chunk;
+  opt.decay = lo.decay;
+  if (s.arrays) {
+    opt.q_positions = lrpe::positions(std::span<const position_t>(qp));
+    opt.k_positions = lrpe::positions(std::span<const position_t>(kp));
+  } else {
+    opt.q_positions = s.q_offset;
+    opt.k_positions = s.k_offset;
+  }
+  rm<T> ref(s.nq, s.dv), out(s.nq, s.dv);
+  out.setConstant(T(123));
+  lrpe::linear_attention(q, k, v, ref, enc, phi, opt);
+  lrpe::linear_attention(q, k, v, out, enc, phi, opt, lrpe::backend::simd<>{});
+  return diff(out, ref);
+}
+
+#define LINEAR_INFO(lo) INFO("causal=" << lo.causal << " norm=" << int(lo.norm) << " chunk=" << lo.chunk << " decay=" << lo.decay)
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("simd linear attention, no encoding: == reference (causal or not, norms, chunks, decay, offsets)", T,
+                   float, double) {
+  const std::uint64_t seed = 0x51D0'0010;
+  MESSAGE("seed = " << seed);
+  lrpe::generator g(seed);
+  const index_t chunks[] = {1, 7, 16, 64, 100};
+  const double decays[] = {1.0, 0.97, 0.5};
+  int n = 0;
+  for (const shape& s : shapes(seed, 40)) {
+    SHAPE_INFO(s);
+    linear_case_options lo;
+    lo.causal = s.causal;
+    lo.norm = g.below(2) == 0 ? lrpe::normalisation::none : lrpe::normalisation::denominator;
+    lo.chunk = chunks[g.below(std::size(chunks))];
+    lo.decay = s.causal ? decays[g.below(std::size(decays))] : 1.0;
+    LINEAR_INFO(lo);
+    CHECK(linear_case<T>(s, lrpe::no_encoding{}, lrpe::feature_maps::elu_plus_one{}, lo, seed + static_cast<std::uint64_t>(++n)) <=
+          tolerance<T>());
+    lo.causal = !lo.causal;  // the other mode on the same shape (no decay without causal)
+    if (!lo.causal) lo.decay = 1.0;
+    LINEAR_INFO(lo);
+    CHECK(linear_case<T>(s, lrpe::no_encoding{}, lrpe::feature_maps::relu{}, lo, seed + static_cast<std::uint64_t>(++n)) <=
+          tolerance<T>());
+  }
+}
+
+TEST_CASE_TEMPLATE("simd linear attention, every LRPE preset and feature map: == reference", T, float, double) {
+  const std::uint64_t seed = 0x51D0'0011;
+  MESSAGE("seed = " << seed);
+  const index_t d = 16;
+  const shape s{150, 150, d, 24, true, 5, 5, false};
+  auto check = [&](const auto& enc, const char* name) {
+    INFO("preset " << name);
+    int n = 0;
+    for (bool causal : {false, true}) {
+      linear_case_options lo{causal, lrpe::normalisation::denominator, 64, causal ? 0.9 : 1.0};
+      LINEAR_INFO(lo);
+      CHECK(linear_case<T>(s, enc, lrpe::feature_maps::elu_plus_one{}, lo, seed + static_cast<std::uint64_t>(++n)) <=
+            tolerance<T>());
+      lo.norm = lrpe::normalisation::none;
+      CHECK(linear_case<T>(s, enc, lrpe::feature_maps::identity{}, lo, seed + static_cast<std::uint64_t>(++n)) <=
+            tolerance<T>());
+      CHECK(linear_case<T>(s, enc, lrpe::feature_maps::relu_eps{}, lo, seed + static_cast<std::uint64_t>(++n)) <=
+            tolerance<T>());
+      CHECK(linear_case<T>(s, enc, [](T x) { return x * x; }, lo, seed + static_cast<std::uint64_t>(++n)) <=
+            tolerance<T>());
+    }
+  };
+  check(lrpe::type1<T>(d), "type1");
+  check(lrpe::type2<T>(d), "type2");
+  check(lrpe::type3<T>(d), "type3");
+  check(lrpe::type4<T>(d), "type4");
+  check(lrpe::type5<T>(d), "type5");
+  check(lrpe::type6<T>(d), "type6");
+  check(lrpe::type7<T>(d), "type7");
+  check(lrpe::type8<T>(d), "type8");
+  check(lrpe::rope_gptj<T>(d), "rope_gptj");
+  check(lrpe::rope_neox<T>(d), "rope_neox");
+  check(lrpe::permuteformer<T>(d), "permuteformer");
+}
+
+TEST_CASE_TEMPLATE("simd causal linear attention in segments with a state == one call; state == reference state", T,
+                   float, double) {
+  lrpe::generator g(51);
+  const index_t n = 230, d = 16, dv = 12;
+  const rm<T> q = random_matrix<T>(g, n, d, 0.5), k = random_matrix<T>(g, n, d, 0.5), v = random_matrix<T>(g, n, dv);
+  const lrpe::type1<T> enc(d);
+  const lrpe::feature_maps::elu_plus_one phi;
+  for (double decay : {1.0, 0.95}) {
+    INFO("decay = " << decay);
+    rm<T> whole(n, dv), parts(n, dv);
+    lrpe::linear_options opt{.causal = true, .norm = lrpe::normalisation::denominator, .chunk = 32, .decay = decay};
+    lrpe::linear_attention(q, k, v, whole, enc, phi, opt, lrpe::backend::simd<>{});
+    lrpe::linear_attention_state<T> st(enc.feature_dim(), dv, decay), ref_st(enc.feature_dim(), dv, decay);
+    const index_t cuts[] = {0, 1, 50, 51, 130, n};
+    for (std::size_t c = 0; c + 1 < std::size(cuts); ++c) {
+      const index_t a = cuts[c], b = cuts[c + 1];
+      lrpe::linear_options seg = opt;
+      seg.q_positions = a;
+      seg.k_positions = a;
+      rm<T> o(b - a, dv), o_ref(b - a, dv);
+      lrpe::linear_attention(q.middleRows(a, b - a), k.middleRows(a, b - a), v.middleRows(a, b - a), o, enc, phi, st,
+                             seg, lrpe::backend::simd<>{});
+      lrpe::linear_attention(q.middleRows(a, b - a), k.middleRows(a, b - a), v.middleRows(a, b - a), o_ref, enc, phi,
+                             ref_st, seg);
+      parts.middleRows(a, b - a) = o;
+      CHECK(diff(o, o_ref) <= tolerance<T>());
+    }
+    CHECK(diff(parts, whole) <= tolerance<T>());
+    CHECK(st.count() == ref_st.count());
+    CHECK(st.last_position() == ref_st.last_position());
+    CHECK(diff(rm<T>(st.kv()), rm<T>(ref_st.kv())) <= tolerance<T>());
+    // streaming: the next token through the SIMD-built state == through the reference state
+    std::vector<T> a_out(static_cast<std::size_t>(dv)), b_out(a_out.size());
+    st.query(enc, phi, q.row(n - 1).data(), n, a_out.data(), lrpe::normalisation::denominator);
+    ref_st.query(enc, phi, q.row(n - 1).data(), n, b_out.data(), lrpe::normalisation::denominator);
+    for (index_t j = 0; j < dv; ++j) CHECK(std::abs(a_out[static_cast<std::size_t>(j)] - b_out[static_cast<std::size_t>(j)]) <= 10 * tolerance<T>());
+  }
+}
+
+TEST_CASE_TEMPLATE("simd linear attention, multi-head with per-head decays on a 2-thread pool == reference", T, float,
+                   double) {
+  lrpe::backend::simd_threads pool(2);
+  lrpe::generator g(61);
+  const index_t b = 1, h = 4, n = 150, d = 16;
+  std::vector<T> q(static_cast<std::size_t>(b * h * n * d)), k(q.size()), v(q.size()), ref(q.size()), out(q.size());
+  for (auto* x : {&q, &k, &v})
+    for (auto& e : *x) e = static_cast<T>(0.5 * g.normal());
+  const std::vector<double> decays{1.0, 0.99, 0.9, 0.5};
+  const lrpe::linear_options opt{.causal = true, .norm = lrpe::normalisation::denominator, .head_decays = decays};
+  const lrpe::rope_neox<T> enc(d);
+  lrpe::linear_attention(lrpe::bnsh(q.data(), b, h, n, d), lrpe::bnsh(k.data(), b, h, n, d), lrpe::bnsh(v.data(), b, h, n, d),
+                         lrpe::bnsh(ref.data(), b, h, n, d), enc, lrpe::feature_maps::elu_plus_one{}, opt);
+  lrpe::linear_attention(lrpe::bnsh(q.data(), b, h, n, d), lrpe::bnsh(k.data(), b, h, n, d), lrpe::bnsh(v.data(), b, h, n, d),
+                         lrpe::bnsh(out.data(), b, h, n, d), enc, lrpe::feature_maps::elu_plus_one{}, opt,
+                         lrpe::backend::simd_policy<>{&pool});
+  double err = 0;
+  for (std::size_t i = 0; i < out.size(); ++i) err = std::max(err, std::abs(static_cast<double>(out[i] - ref[i])));
+  CHECK(err <= 10 * tolerance<T>());
+}

@@ -19,3 +19,4 @@
 #include <lrpe/backend/simd/workspace.hpp>
 #include <lrpe/backend/simd/parallel.hpp>
 #include <lrpe/backend/simd/softmax.hpp>
+#include <lrpe/backend/simd/linear.hpp>

@@ -142,11 +142,12 @@ inline void qk_micro(const T* q, index_t qs, const T* kp, index_t d, T* s, index
 }
 
 /**
- * o[r][0:VU·W) = α[r]·o[r] + Σ_{j<nk} p[r][j] · v[j][0:VU·W) for r < R (o stride os, v stride
- * vs, p stride ps; o and v aligned).
+ * o[r][0:VU·W) = α[r]·o[r] + Σ_{j<nk} p(r, j) · v[j][0:VU·W) for r < R, with p(r, j) =
+ * p[r·prs + j·pcs] (o stride os, v stride vs; o and v aligned). The one GEMM-like micro-kernel
+ * of both attention kernels: P·V (softmax), Q·S, Kᵀ·V and A·V (linear attention).
  */
 template <index_t R, index_t VU, class T, class A>
-inline void pv_micro(const T* p, index_t ps, const T* alpha, const T* v, index_t vs, index_t nk, T* o,
+inline void pv_micro(const T* p, index_t prs, index_t pcs, const T* alpha, const T* v, index_t vs, index_t nk, T* o,
                      index_t os) noexcept {
   using B = xsimd::batch<T, A>;
   constexpr index_t W = B::size;
@@ -161,9 +162,10 @@ inline void pv_micro(const T* p, index_t ps, const T* alpha, const T* v, index_t
     B vb[VU];
     LRPE_UNROLL
     for (index_t u = 0; u < VU; ++u) vb[u] = B::load_aligned(v + j * vs + u * W);
+    const T* pj = p + j * pcs;
     LRPE_UNROLL
     for (index_t r = 0; r < R; ++r) {
-      const B pb(p[r * ps + j]);
+      const B pb(pj[r * prs]);
       LRPE_UNROLL
       for (index_t u = 0; u < VU; ++u) acc[r][u] = xsimd::fma(pb, vb[u], acc[r][u]);
     }
@@ -174,16 +176,17 @@ inline void pv_micro(const T* p, index_t ps, const T* alpha, const T* v, index_t
     for (index_t u = 0; u < VU; ++u) acc[r][u].store_aligned(o + r * os + u * W);
 }
 
-/// The R-row block of O += P·V over all value columns (chunks of 4 vectors, then the rest).
+/// The R-row block of O = α·O + P·V over all value columns (chunks of 4 vectors, then the rest).
 template <index_t R, class T, class A>
-inline void pv_rows(const T* p, index_t ps, const T* alpha, const T* v, index_t dvp, index_t nk, T* o) noexcept {
+inline void pv_rows(const T* p, index_t prs, index_t pcs, const T* alpha, const T* v, index_t dvp, index_t nk,
+                    T* o) noexcept {
   constexpr index_t W = xsimd::batch<T, A>::size;
   index_t c = 0;
-  for (; c + 4 * W <= dvp; c += 4 * W) pv_micro<R, 4, T, A>(p, ps, alpha, v + c, dvp, nk, o + c, dvp);
+  for (; c + 4 * W <= dvp; c += 4 * W) pv_micro<R, 4, T, A>(p, prs, pcs, alpha, v + c, dvp, nk, o + c, dvp);
   switch ((dvp - c) / W) {
-    case 3: pv_micro<R, 3, T, A>(p, ps, alpha, v + c, dvp, nk, o + c, dvp); break;
-    case 2: pv_micro<R, 2, T, A>(p, ps, alpha, v + c, dvp, nk, o + c, dvp); break;
-    case 1: pv_micro<R, 1, T, A>(p, ps, alpha, v + c, dvp, nk, o + c, dvp); break;
+    case 3: pv_micro<R, 3, T, A>(p, prs, pcs, alpha, v + c, dvp, nk, o + c, dvp); break;
+    case 2: pv_micro<R, 2, T, A>(p, prs, pcs, alpha, v + c, dvp, nk, o + c, dvp); break;
+    case 1: pv_micro<R, 1, T, A>(p, prs, pcs, alpha, v + c, dvp, nk, o + c, dvp); break;
     default: break;
   }
 }
@@ -318,7 +321,7 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
     }
 
     const T* vt = sh.vp + j0 * dvp;
-    for (index_t i = 0; i < bqp; i += R) pv_rows<R, T, A>(st + i * BK, BK, alpha + i, vt, dvp, bk, ot + i * dvp);
+    for (index_t i = 0; i < bqp; i += R) pv_rows<R, T, A>(st + i * BK, BK, 1, alpha + i, vt, dvp, bk, ot + i * dvp);
   }
 
   for (index_t i = 0; i < bq; ++i) {

@@ -1,0 +1,353 @@
+/**
+ * @file linear.hpp
+ * Linear attention for `backend::simd<Arch>` / `simd_policy<Arch>` (the reference kernel's
+ * algorithm, backend/reference/linear.hpp, on the softmax kernel's micro-kernels):
+ *
+ * - non-causal: S = K̃ᵀV (blocks of 256 keys) and z = Σ k̃, then out = Q̃·S [/ max(Q̃·z, eps)]:
+ *   two register-blocked GEMM-like passes (`pv_micro`);
+ * - causal, by chunks of `chunk` query rows: keys at positions ≤ the chunk's first query
+ *   position are folded into the d_f×d_v state S (kept in the workspace, i.e. in cache) with
+ *   weights λ^{p′−t}; the chunk's queries get λ^{s−p}·q̃·S from the state plus an intra-chunk
+ *   product A = (Q̃ K̃ᵀ ⊙ mask ⊙ λ^{s−t})·V, A by the packed-K micro-kernel of softmax. Every
+ *   decay exponent is ≥ 0; chunk-local powers come from a table of λ^Δ, Δ ≥ 0.
+ *
+ * The state leaves with every key of the call (`linear_attention_state`, as the reference).
+ * Scratch: S, z, one chunk's packed K/V and tiles in a reused `simd_workspace`; the feature
+ * maps 1+elu, relu, relu+ε and identity are vectorised (`linear_features_kernel`).
+ */
+#pragma once
+
+#include <lrpe/attention/linear.hpp>
+#include <lrpe/attention/state.hpp>
+#include <lrpe/backend/simd/parallel.hpp>
+#include <lrpe/backend/simd/softmax.hpp>
+#include <lrpe/backend/simd/workspace.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include <xsimd/xsimd.hpp>
+
+namespace lrpe {
+inline namespace v0 {
+namespace backend {
+namespace simd_detail {
+
+template <index_t K, class T, class A>
+inline void pv_remainder(index_t k, const T* p, index_t prs, index_t pcs, const T* alpha, const T* v, index_t dvp,
+                         index_t nk, T* o) noexcept {
+  if constexpr (K >= 1) {
+    if (k == K) {
+      pv_rows<K, T, A>(p, prs, pcs, alpha, v, dvp, nk, o);
+    } else {
+      pv_remainder<K - 1, T, A>(k, p, prs, pcs, alpha, v, dvp, nk, o);
+    }
+  }
+}
+
+/// O[0:rows) += P·V for any number of rows (O row stride dvp; p(r, j) = p[r·prs + j·pcs]).
+template <class T, class A>
+void gemm_rows(index_t rows, const T* p, index_t prs, index_t pcs, const T* v, index_t dvp, index_t nk, T* o) noexcept {
+  constexpr index_t R = softmax_tiling<T, A>::R;
+  T ones[R];
+  std::fill(ones, ones + R, T(1));
+  index_t i = 0;
+  for (; i + R <= rows; i += R) pv_rows<R, T, A>(p + i * prs, prs, pcs, ones, v, dvp, nk, o + i * dvp);
+  if (i < rows) pv_remainder<R - 1, T, A>(rows - i, p + i * prs, prs, pcs, ones, v, dvp, nk, o + i * dvp);
+}
+
+/// λ^Δ for Δ ≥ 0 (1 without decay), in double as the reference.
+inline double decay_pow(double lambda, position_t delta) noexcept {
+  return lambda == 1.0 || delta == 0 ? 1.0 : std::pow(lambda, static_cast<double>(delta));
+}
+
+template <class T, class A>
+struct linear_run {
+  const linear_problem<T>& p;
+  simd_workspace& ws;
+  double lambda;
+  index_t f, dv, dvp;
+  T* S;  ///< f × dvp
+  T* z;  ///< f
+  T* vblock;
+  position_t last = 0;
+  index_t count = 0;
+
+  static constexpr index_t key_block = 256;
+
+  /// Pack V rows [a, b) (× weight w_j when `weights`) into vblock (b − a) × dvp.
+  void pack_v(index_t a, index_t b, const T* weights) {
+    for (index_t j = a; j < b; ++j) {
+      T* dst = vblock + (j - a) * dvp;
+      const T* src = p.v.row(j);
+      if (weights == nullptr) {
+        std::memcpy(dst, src, static_cast<std::size_t>(dv) * sizeof(T));
+      } else {
+        const T w = weights[j - a];
+        for (index_t c = 0; c < dv; ++c) dst[c] = w * src[c];
+      }
+      std::fill(dst + dv, dst + dvp, T(0));
+    }
+  }
+
+  /// S += Σ_j w_j k̃_j v_jᵀ, z += Σ_j w_j k̃_j over keys [a, b) (w_j = λ^{p_new − t_j} when decaying).
+  void accumulate_keys(index_t a, index_t b, position_t p_new) {
+    T w[key_block];
+    for (index_t a0 = a; a0 < b; a0 += key_block) {
+      const index_t a1 = std::min(b, a0 + key_block);
+      const bool decays = lambda != 1.0;
+      if (decays)
+        for (index_t j = a0; j < a1; ++j) w[j - a0] = static_cast<T>(decay_pow(lambda, p_new - p.k_positions[j]));
+      pack_v(a0, a1, decays ? w : nullptr);
+      gemm_rows<T, A>(f, p.kf.row(a0), 1, p.kf.row_stride, vblock, dvp, a1 - a0, S);
+      for (index_t j = a0; j < a1; ++j) {
+        const T* k = p.kf.row(j);
+        const T wj = decays ? w[j - a0] : T(1);
+        for (index_t c = 0; c < f; ++c) z[c] += wj * k[c];
+      }
+    }
+  }
+
+  /// Folds keys [a, b) into the state (rescaling it to their last position first).
+  void fold(index_t a, index_t b) {
+    if (b <= a) return;
+    const position_t p_new = p.k_positions[b - 1];
+    if (count > 0 && p_new != last && lambda != 1.0) {
+      const T s = static_cast<T>(decay_pow(lambda, p_new - last));
+      for (index_t i = 0; i < f * dvp; ++i) S[i] *= s;
+      for (index_t c = 0; c < f; ++c) z[c] *= s;
+    }
+    accumulate_keys(a, b, p_new);
+    last = p_new;
+    count += b - a;
+  }
+
+  /// out rows [i0, i0 + bq) from the accumulator (num) and den.
+  void write(index_t i0, index_t bq, const T* acc, const T* den) const {
+    const bool normalise = p.norm == normalisation::denominator;
+    for (index_t i = 0; i < bq; ++i) {
+      T* o = p.out.row(i0 + i);
+      const T inv = normalise ? T(1) / std::max(den[i], static_cast<T>(p.eps)) : T(1);
+      for (index_t c = 0; c < dv; ++c) o[c] = acc[i * dvp + c] * inv;
+    }
+  }
+
+  void non_causal() {
+    std::fill(S, S + f * dvp, T(0));
+    std::fill(z, z + f, T(0));
+    accumulate_keys(0, p.kf.rows, 0);
+    constexpr index_t QB = 64;
+    T* acc = ws.get<T>(simd_workspace::o_tile, QB * dvp);
+    T* den = ws.get<T>(simd_workspace::row_stats, QB);
+    const index_t nq = p.qf.rows;
+    for (index_t i0 = 0; i0 < nq; i0 += QB) {
+      const index_t bq = std::min(QB, nq - i0);
+      std::fill(acc, acc + bq * dvp, T(0));
+      gemm_rows<T, A>(bq, p.qf.row(i0), p.qf.row_stride, 1, S, dvp, f, acc);
+      for (index_t i = 0; i < bq; ++i) {
+        const T* q = p.qf.row(i0 + i);
+        T s = 0;
+        for (index_t c = 0; c < f; ++c) s += q[c] * z[c];
+        den[i] = s;
+      }
+      write(i0, bq, acc, den);
+    }
+  }
+
+  void causal() {
+    using tl = softmax_tiling<T, A>;
+    constexpr index_t BK = tl::BK, R = tl::R;
+    const index_t nq = p.qf.rows, nk = p.kf.rows;
+    const index_t bc = std::max<index_t>(1, p.chunk);
+    const index_t bcp = round_up(bc, R);
+    T* acc = ws.get<T>(simd_workspace::o_tile, bcp * dvp);
+    T* den = ws.get<T>(simd_workspace::row_stats, 2 * bcp + 4 * (bc + BK) + 8);
+    T* qt = ws.get<T>(simd_workspace::q_tile, bcp * f);
+    T* kt = ws.get<T>(simd_workspace::k_packed, f * BK);
+    T* at = ws.get<T>(simd_workspace::s_tile, bcp * BK);
+    T* pow_table = den + 2 * bcp;  // λ^Δ for Δ ∈ [0, 4(bc + BK))
+    const index_t table_size = 4 * (bc + BK);
+    if (lambda != 1.0)
+      for (index_t e = 0; e < table_size; ++e) pow_table[e] = static_cast<T>(decay_pow(lambda, e));
+    const auto& qp = p.q_positions;
+    const auto& kp = p.k_positions;
+
+    index_t folded = 0;
+    for (index_t i0 = 0; i0 < nq; i0 += bc) {
+      const index_t i1 = std::min(nq, i0 + bc), bq = i1 - i0, bqp = round_up(bq, R);
+      const position_t lo = qp[i0], hi = qp[i1 - 1];
+      index_t kq = folded;
+      while (kq < nk && kp[kq] <= lo) ++kq;
+      fold(folded, kq);
+      folded = kq;
+
+      std::fill(acc, acc + bq * dvp, T(0));
+      std::fill(den, den + bq, T(0));
+      if (count > 0) {
+        gemm_rows<T, A>(bq, p.qf.row(i0), p.qf.row_stride, 1, S, dvp, f, acc);
+        for (index_t i = 0; i < bq; ++i) {
+          const T* q = p.qf.row(i0 + i);
+          T s = 0;
+          for (index_t c = 0; c < f; ++c) s += q[c] * z[c];
+          const T w = static_cast<T>(decay_pow(lambda, qp[i0 + i] - last));
+          den[i] = w * s;
+          if (w != T(1))
+            for (index_t c = 0; c < dvp; ++c) acc[i * dvp + c] *= w;
+        }
+      }
+
+      index_t ke = folded;
+      while (ke < nk && kp[ke] <= hi) ++ke;
+      if (ke > folded) {
+        // the chunk's queries, zero-padded to R rows
+        for (index_t i = 0; i < bqp; ++i) {
+          if (i < bq) {
+            std::memcpy(qt + i * f, p.qf.row(i0 + i), static_cast<std::size_t>(f) * sizeof(T));
+          } else {
+            std::fill(qt + i * f, qt + (i + 1) * f, T(0));
+          }
+        }
+        for (index_t j0 = folded; j0 < ke; j0 += BK) {
+          const index_t bk = std::min(BK, ke - j0);
+          for (index_t j = 0; j < bk; ++j) {
+            const T* k = p.kf.row(j0 + j);
+            for (index_t c = 0; c < f; ++c) kt[c * BK + j] = k[c];
+          }
+          for (index_t c = 0; c < f; ++c)
+            for (index_t j = bk; j < BK; ++j) kt[c * BK + j] = T(0);
+          for (index_t i = 0; i < bqp; i += R) qk_micro<R, T, A>(qt + i * f, f, kt, f, at + i * BK, BK);
+          // mask t ≤ s and weight λ^{s−t}
+          for (index_t i = 0; i < bq; ++i) {
+            const position_t s = qp[i0 + i];
+            T* arow = at + i * BK;
+            T sum = 0;
+            for (index_t j = 0; j < bk; ++j) {
+              const position_t t = kp[j0 + j];
+              T a = t > s ? T(0) : arow[j];
+              if (lambda != 1.0 && t <= s) {
+                const position_t delta = s - t;
+                a *= delta < table_size ? pow_table[delta] : static_cast<T>(decay_pow(lambda, delta));
+              }
+              arow[j] = a;
+              sum += a;
+            }
+            den[i] += sum;
+          }
+          pack_v(j0, j0 + bk, nullptr);
+          gemm_rows<T, A>(bq, at, BK, 1, vblock, dvp, bk, acc);
+        }
+      }
+      write(i0, bq, acc, den);
+    }
+    fold(folded, nk);
+  }
+};
+
+template <class T, class A>
+void linear_simd(const linear_problem<T>& p, linear_attention_state<T>* state, simd_workspace& ws) {
+  using tl = softmax_tiling<T, A>;
+  const index_t f = p.qf.cols, dv = p.v.cols;
+  const index_t dvp = round_up(std::max<index_t>(dv, 1), tl::W);
+  T* S = ws.get<T>(simd_workspace::state, f * dvp + round_up(f, tl::W));
+  T* vblock = ws.get<T>(simd_workspace::v_packed, std::max<index_t>(256, tl::BK) * dvp);
+  linear_run<T, A> run{p, ws, state != nullptr ? state->decay() : 1.0, f, dv, dvp, S, S + f * dvp, vblock};
+  if (!p.causal) {
+    run.non_causal();
+    return;
+  }
+  // load the state: S | z, last position, count
+  for (index_t c = 0; c < f; ++c) {
+    for (index_t j = 0; j < dv; ++j) S[c * dvp + j] = state->kv()(c, j);
+    std::fill(S + c * dvp + dv, S + (c + 1) * dvp, T(0));
+    run.z[c] = state->k_sum()[c];
+  }
+  run.last = state->last_position();
+  run.count = state->count();
+  run.causal();
+  if (run.count != state->count()) {
+    linear_attention_snapshot<T> snap;
+    snap.feature_dim = f;
+    snap.value_dim = dv;
+    snap.decay = state->decay();
+    snap.last_position = run.last;
+    snap.count = run.count;
+    snap.kv.resize(static_cast<std::size_t>(f * dv));
+    for (index_t c = 0; c < f; ++c)
+      for (index_t j = 0; j < dv; ++j) snap.kv[static_cast<std::size_t>(c * dv + j)] = S[c * dvp + j];
+    snap.k_sum.assign(run.z, run.z + f);
+    *state = linear_attention_state<T>(snap);
+  }
+}
+
+/// y = φ(x) for rows of known elementwise maps, vectorised; false if φ is not one of them.
+template <class T, class A, class Phi>
+bool vector_feature_map(const Phi& phi, const T* x, T* y, index_t d) {
+  using B = xsimd::batch<T, A>;
+  constexpr index_t W = B::size;
+  auto run = [&](auto&& vec, auto&& scalar) {
+    index_t c = 0;
+    for (; c + W <= d; c += W) vec(B::load_unaligned(x + c)).store_unaligned(y + c);
+    for (; c < d; ++c) y[c] = scalar(x[c]);
+    return true;
+  };
+  if constexpr (std::is_same_v<Phi, feature_maps::elu_plus_one>) {
+    return run([](B v) { return xsimd::select(v > B(T(0)), v + B(T(1)), xsimd::exp(v)); }, phi);
+  } else if constexpr (std::is_same_v<Phi, feature_maps::relu>) {
+    return run([](B v) { return xsimd::max(v, B(T(0))); }, phi);
+  } else if constexpr (std::is_same_v<Phi, feature_maps::relu_eps>) {
+    const B e(static_cast<T>(phi.eps));
+    return run([e](B v) { return xsimd::max(v, B(T(0))) + e; }, phi);
+  } else if constexpr (std::is_same_v<Phi, feature_maps::identity>) {
+    if (x != y) std::memcpy(y, x, static_cast<std::size_t>(d) * sizeof(T));
+    return true;
+  } else {
+    return false;
+  }
+}
+
+template <class A, class T, class Encoding, class Phi>
+void features(const Encoding& encoding, const Phi& phi, const matrix_view<const T>& x, const positions& pos,
+              canonical::side which, const matrix_view<T>& out) {
+  const index_t d = x.cols;
+  if constexpr (std::is_same_v<Encoding, no_encoding>) {
+    for (index_t i = 0; i < x.rows; ++i)
+      if (!vector_feature_map<T, A>(phi, x.row(i), out.row(i), d)) lrpe::detail::apply_feature_map(phi, x.row(i), out.row(i), d);
+  } else {
+    lrpe::detail::small_buffer<T> tmp(d);
+    for (index_t i = 0; i < x.rows; ++i) {
+      if (!vector_feature_map<T, A>(phi, x.row(i), tmp.data(), d)) lrpe::detail::apply_feature_map(phi, x.row(i), tmp.data(), d);
+      lrpe::detail::encoding_features(encoding, which, tmp.data(), pos[i], out.row(i));
+    }
+  }
+}
+
+}  // namespace simd_detail
+
+/// SIMD linear-attention kernel (non-causal, causal by chunks with decay; state as the reference).
+template <class Arch, class T>
+void linear_kernel(simd<Arch> b, const linear_problem<T>& p, linear_attention_state<T>* state) {
+  simd_detail::linear_simd<T, Arch>(p, state, *simd_detail::resolve(b).ws);
+}
+template <class Arch, class T>
+void linear_kernel(const simd_policy<Arch>& b, const linear_problem<T>& p, linear_attention_state<T>* state) {
+  simd_detail::linear_simd<T, Arch>(p, state, *simd_detail::resolve(b).ws);
+}
+
+/// Vectorised feature maps (1+elu, relu, relu+ε, identity), then the encoding's features.
+template <class Arch, class T, class Encoding, class Phi>
+void linear_features_kernel(simd<Arch>, const Encoding& encoding, const Phi& phi, const matrix_view<const T>& x,
+                            const positions& pos, canonical::side which, const matrix_view<T>& out) {
+  simd_detail::features<Arch>(encoding, phi, x, pos, which, out);
+}
+template <class Arch, class T, class Encoding, class Phi>
+void linear_features_kernel(const simd_policy<Arch>&, const Encoding& encoding, const Phi& phi,
+                            const matrix_view<const T>& x, const positions& pos, canonical::side which,
+                            const matrix_view<T>& out) {
+  simd_detail::features<Arch>(encoding, phi, x, pos, which, out);
+}
+
+}  // namespace backend
+}  // namespace v0
+}  // namespace lrpe
