@@ -21,7 +21,9 @@ struct rope_neox_qk {
   }
 };
 
-#if defined(LRPE_BENCH_DISPATCH)
+#if defined(LRPE_SIMD_DISPATCH_ARCH)
+// A per-arch object: only the functor (instantiated in simd_encode_arch.cpp).
+#elif defined(LRPE_BENCH_DISPATCH)
 // The arch list and its explicit instantiations (simd_encode_arch.cpp, one object per arch).
 using dispatch_archs = xsimd::arch_list<xsimd::avx512bw, xsimd::avx2, xsimd::sse2>;
 extern template void rope_neox_qk::operator()<xsimd::avx512bw>(xsimd::avx512bw, const lrpe::rope_neox<float>&,
@@ -36,14 +38,17 @@ extern template void rope_neox_qk::operator()<xsimd::sse2>(xsimd::sse2, const lr
 
 inline void dispatch_rope_neox_qk(const lrpe::rope_neox<float>& enc, const float* q, const float* k, float* qo,
                                   float* ko, lrpe::index_t heads, lrpe::index_t n) {
-  static const auto f = xsimd::dispatch<dispatch_archs>(rope_neox_qk{});
+  static auto f = xsimd::dispatch<dispatch_archs>(rope_neox_qk{});  // 8.1: operator() is non-const
   f(enc, q, k, qo, ko, heads, n);
 }
 struct arch_name {
   template <class Arch>
   const char* operator()(Arch) const { return Arch::name(); }
 };
-inline const char* dispatch_arch_name() { return xsimd::dispatch<dispatch_archs>(arch_name{})(); }
+inline const char* dispatch_arch_name() {
+  auto f = xsimd::dispatch<dispatch_archs>(arch_name{});
+  return f();
+}
 #else
 inline void dispatch_rope_neox_qk(const lrpe::rope_neox<float>& enc, const float* q, const float* k, float* qo,
                                   float* ko, lrpe::index_t heads, lrpe::index_t n) {
