@@ -113,11 +113,9 @@ class encoder {
     constexpr const char* where = "lrpe::encoder::encode";
     validate(x, where, "x");
     validate(out, where, "out");
-    detail::require_shape(x.cols == dim(), where, "x.cols", detail::concat("must equal dim() = ", dim()), x.cols);
-    detail::require_shape(out.cols == feature_dim(), where, "out.cols",
-                          detail::concat("must equal feature_dim() = ", feature_dim()), out.cols);
-    detail::require_shape(out.rows == x.rows, where, "out.rows",
-                          detail::concat("must equal x.rows = ", x.rows), out.rows);
+    detail::require_equal(x.cols, dim(), where, "x.cols", "dim()");
+    detail::require_equal(out.cols, feature_dim(), where, "out.cols", "feature_dim()");
+    detail::require_equal(out.rows, x.rows, where, "out.rows", "x.rows");
     pos.require_rows(x.rows, where);
     for (index_t i = 0; i < x.rows; ++i) encode_features(pos[i], x.row(i), out.row(i));
   }
@@ -142,7 +140,7 @@ class encoder {
                                                      positions pos) const {
     constexpr const char* where = "lrpe::encoder::encode_native";
     const row_matrix<scalar> rows = x;
-    detail::require_shape(rows.cols() == dim(), where, "x.cols", detail::concat("must equal dim() = ", dim()), rows.cols());
+    detail::require_equal(rows.cols(), dim(), where, "x.cols", "dim()");
     pos.require_rows(rows.rows(), where);
     row_matrix<value_type> out(rows.rows(), dim());
     for (index_t i = 0; i < rows.rows(); ++i) encode_row(pos[i], rows.row(i).data(), out.row(i).data());

@@ -89,6 +89,14 @@ void require_parameter(bool cond, const char* where, const char* arg,
   if (!cond) fail<parameter_error>(where, arg, expectation, got);
 }
 
+/// Throws `shape_error` unless `got == expected`: "argument '<arg>' must equal <expected_name> =
+/// <expected>; got <got>". Builds the message only on failure (no allocation on the hot path).
+template <class A, class B>
+void require_equal(A const& got, B const& expected, const char* where, const char* arg,
+                   const char* expected_name) {
+  if (!(got == expected)) fail<shape_error>(where, arg, concat("must equal ", expected_name, " = ", expected), got);
+}
+
 }  // namespace detail
 }  // namespace v0
 }  // namespace lrpe

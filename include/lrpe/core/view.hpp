@@ -47,12 +47,13 @@ struct matrix_view {
 /// Checks a view's invariants (non-negative sizes, row_stride ≥ cols, data when non-empty).
 template <class T>
 void validate(const matrix_view<T>& v, const char* where, const char* arg) {
-  detail::require_shape(v.rows >= 0 && v.cols >= 0, where, arg, "must have non-negative sizes",
-                        detail::concat(v.rows, "x", v.cols));
-  detail::require_shape(v.rows <= 1 || v.row_stride >= v.cols, where, arg,
-                        detail::concat("must have row_stride >= cols (", v.cols, ")"), v.row_stride);
-  detail::require_shape(v.rows == 0 || v.cols == 0 || v.data != nullptr, where, arg,
-                        "must have non-null data when non-empty", "nullptr");
+  // Messages are built only on failure: validate() sits on every kernel's entry.
+  if (v.rows < 0 || v.cols < 0)
+    detail::fail<shape_error>(where, arg, "must have non-negative sizes", detail::concat(v.rows, "x", v.cols));
+  if (v.rows > 1 && v.row_stride < v.cols)
+    detail::fail<shape_error>(where, arg, detail::concat("must have row_stride >= cols (", v.cols, ")"), v.row_stride);
+  if (v.rows != 0 && v.cols != 0 && v.data == nullptr)
+    detail::fail<shape_error>(where, arg, "must have non-null data when non-empty", "nullptr");
 }
 
 /// View of an Eigen row-major dense object with unit inner stride (Matrix, Map, Ref, Block).
@@ -101,7 +102,7 @@ class positions {
 
   /// Throws `shape_error` if this is an array whose length differs from `rows`.
   void require_rows(index_t rows, const char* where, const char* arg = "positions") const {
-    if (is_array()) detail::require_size(size_, rows, where, arg);
+    if (is_array() && size_ != rows) detail::require_size(size_, rows, where, arg);
   }
 
  private:
