@@ -218,20 +218,27 @@ struct linear_run {
           for (index_t c = 0; c < f; ++c)
             for (index_t j = bk; j < BK; ++j) kt[c * BK + j] = T(0);
           for (index_t i = 0; i < bqp; i += R) qk_micro<R, T, A>(qt + i * f, f, kt, f, at + i * BK, BK);
-          // mask t ≤ s and weight λ^{s−t}
+          // mask t ≤ s and weight λ^{s−t} (positions read once per tile)
+          position_t kpos[BK];
+          for (index_t j = 0; j < bk; ++j) kpos[j] = kp[j0 + j];
           for (index_t i = 0; i < bq; ++i) {
             const position_t s = qp[i0 + i];
             T* arow = at + i * BK;
             T sum = 0;
-            for (index_t j = 0; j < bk; ++j) {
-              const position_t t = kp[j0 + j];
-              T a = t > s ? T(0) : arow[j];
-              if (lambda != 1.0 && t <= s) {
-                const position_t delta = s - t;
-                a *= delta < table_size ? pow_table[delta] : static_cast<T>(decay_pow(lambda, delta));
+            if (lambda == 1.0) {
+              for (index_t j = 0; j < bk; ++j) {
+                const T a = kpos[j] > s ? T(0) : arow[j];
+                arow[j] = a;
+                sum += a;
               }
-              arow[j] = a;
-              sum += a;
+            } else {
+              for (index_t j = 0; j < bk; ++j) {
+                const position_t delta = s - kpos[j];
+                T a = delta < 0 ? T(0) : arow[j];
+                if (delta > 0) a *= delta < table_size ? pow_table[delta] : static_cast<T>(decay_pow(lambda, delta));
+                arow[j] = a;
+                sum += a;
+              }
             }
             den[i] += sum;
           }

@@ -1,0 +1,298 @@
+// SIMD softmax and linear attention vs this machine's limits and peers, in one run.
+//
+// Shapes (issue 6): batch 1, 8 heads, d = 64, fp32, n ∈ {512, 2048, 4096, 8192} (+16384 for
+// softmax memory scaling), 1 and 2 threads.
+//
+// Anchors, measured first in the same run: `anchor_fma` (16 independent FMA chains, AVX-512
+// when compiled for it, else AVX2/FMA, else SSE), on 1 and 2 threads; `anchor_copy_stream`
+// (2×256 MiB memcpy); `anchor_copy_l3` (4 MiB → 4 MiB). Every kernel reports `GFLOPs` (useful
+// flops: 4·n²·d per head for softmax, half of it (n(n+1)/2 pairs) causal; 4·n·d² for linear)
+// and `frac_peak` = GFLOPs / the FMA anchor with the same thread count.
+//
+// Memory discipline: every kernel runs once before timing (steady state), then reports
+// `minflt_per_call` (getrusage minor page faults per call) and `big_allocs_per_call` (heap
+// allocations > 64 KiB per call, malloc interposed on glibc).
+//
+// Peers in the same run: the reference backend, and plain Eigen attention (S = QKᵀ, row softmax,
+// SV into preallocated matrices). PyTorch: bench/torch_peer.py. Tables: bench/summary.py.
+#include <lrpe/simd.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <sys/resource.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#if defined(__AVX512F__) || defined(__AVX2__) || defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
+namespace {
+constinit std::atomic<std::size_t> g_big_allocs{0};
+}  // namespace
+
+#if defined(__GLIBC__)
+extern "C" void* __libc_malloc(std::size_t);
+extern "C" void* malloc(std::size_t size) {
+  if (size > 64 * 1024) g_big_allocs.fetch_add(1, std::memory_order_relaxed);
+  return __libc_malloc(size);
+}
+#endif
+
+namespace {
+using T = float;
+using lrpe::index_t;
+constexpr index_t heads = 8, d = 64;
+
+double g_fma_peak[3] = {0, 0, 0};  // GFLOP/s with 1 and 2 threads (index = threads)
+
+// ------------------------------------------------------------------------------ anchors
+
+double fma_loop(long iters) {
+#if defined(__AVX512F__)
+  using V = __m512;
+#define LRPE_SET(x) _mm512_set1_ps(x)
+#define LRPE_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define LRPE_ADD(a, b) _mm512_add_ps(a, b)
+  constexpr int lanes = 16;
+#elif defined(__FMA__)
+  using V = __m256;
+#define LRPE_SET(x) _mm256_set1_ps(x)
+#define LRPE_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define LRPE_ADD(a, b) _mm256_add_ps(a, b)
+  constexpr int lanes = 8;
+#else
+  using V = __m128;
+#define LRPE_SET(x) _mm_set1_ps(x)
+#define LRPE_FMA(a, b, c) _mm_add_ps(_mm_mul_ps(a, b), c)
+#define LRPE_ADD(a, b) _mm_add_ps(a, b)
+  constexpr int lanes = 4;
+#endif
+  V a0 = LRPE_SET(1.f), a1 = LRPE_SET(1.1f), a2 = LRPE_SET(1.2f), a3 = LRPE_SET(1.3f), a4 = LRPE_SET(1.4f),
+    a5 = LRPE_SET(1.5f), a6 = LRPE_SET(1.6f), a7 = LRPE_SET(1.7f), a8 = LRPE_SET(1.8f), a9 = LRPE_SET(1.9f),
+    a10 = LRPE_SET(2.f), a11 = LRPE_SET(2.1f), a12 = LRPE_SET(2.2f), a13 = LRPE_SET(2.3f), a14 = LRPE_SET(2.4f),
+    a15 = LRPE_SET(2.5f);
+  const V b = LRPE_SET(0.9999999f), c = LRPE_SET(1e-7f);
+  for (long i = 0; i < iters; ++i) {
+    a0 = LRPE_FMA(a0, b, c); a1 = LRPE_FMA(a1, b, c); a2 = LRPE_FMA(a2, b, c); a3 = LRPE_FMA(a3, b, c);
+    a4 = LRPE_FMA(a4, b, c); a5 = LRPE_FMA(a5, b, c); a6 = LRPE_FMA(a6, b, c); a7 = LRPE_FMA(a7, b, c);
+    a8 = LRPE_FMA(a8, b, c); a9 = LRPE_FMA(a9, b, c); a10 = LRPE_FMA(a10, b, c); a11 = LRPE_FMA(a11, b, c);
+    a12 = LRPE_FMA(a12, b, c); a13 = LRPE_FMA(a13, b, c); a14 = LRPE_FMA(a14, b, c); a15 = LRPE_FMA(a15, b, c);
+  }
+  V s = LRPE_ADD(LRPE_ADD(LRPE_ADD(LRPE_ADD(a0, a1), LRPE_ADD(a2, a3)), LRPE_ADD(LRPE_ADD(a4, a5), LRPE_ADD(a6, a7))),
+                 LRPE_ADD(LRPE_ADD(LRPE_ADD(a8, a9), LRPE_ADD(a10, a11)), LRPE_ADD(LRPE_ADD(a12, a13), LRPE_ADD(a14, a15))));
+  benchmark::DoNotOptimize(s);
+  return 16.0 * 2.0 * lanes * static_cast<double>(iters);  // flops
+}
+
+void anchor_fma(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  constexpr long iters = 20'000'000;
+  double flops = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    std::vector<std::thread> extra;
+    for (int t = 1; t < threads; ++t) extra.emplace_back([] { fma_loop(iters); });
+    flops += fma_loop(iters) * threads;
+    for (auto& t : extra) t.join();
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  g_fma_peak[threads] = flops / secs * 1e-9;  // the anchor of every later kernel with this many threads
+  state.counters["GFLOPs"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsRate);
+}
+
+void anchor_copy(benchmark::State& state) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), bytes);
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GBps"] = benchmark::Counter(2.0 * static_cast<double>(bytes) * 1e-9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// ------------------------------------------------------------------------------ inputs
+
+struct inputs {
+  index_t n;
+  std::vector<T> q, k, v, out;
+  explicit inputs(index_t n_) : n(n_), q(static_cast<std::size_t>(n * heads * d)), k(q.size()), v(q.size()), out(q.size()) {
+    lrpe::generator g(1);
+    for (auto* b : {&q, &k, &v})
+      for (auto& x : *b) x = static_cast<T>(g.normal());
+  }
+  auto view(std::vector<T>& b) { return lrpe::bnsh(b.data(), 1, heads, n, d); }
+};
+
+long minflt() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
+/// Times `call` (after one untimed warm-up call) and sets the common counters.
+template <class F>
+void run_timed(benchmark::State& state, double flops_per_call, int threads, F&& call) {
+  call();  // steady state: workspaces sized, pages touched
+  const long f0 = minflt();
+  const std::size_t a0 = g_big_allocs.load();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    call();
+    benchmark::ClobberMemory();
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double calls = static_cast<double>(state.iterations());
+  state.counters["minflt_per_call"] = static_cast<double>(minflt() - f0) / calls;
+  state.counters["big_allocs_per_call"] = static_cast<double>(g_big_allocs.load() - a0) / calls;
+  state.counters["GFLOPs"] = benchmark::Counter(flops_per_call * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = threads;
+  const double peak = g_fma_peak[threads];
+  if (peak > 0) state.counters["frac_peak"] = flops_per_call * calls / secs * 1e-9 / peak;
+}
+
+double softmax_flops(index_t n, bool causal) {
+  const double pairs = causal ? 0.5 * static_cast<double>(n) * static_cast<double>(n + 1)
+                              : static_cast<double>(n) * static_cast<double>(n);
+  return 4.0 * pairs * d * heads;
+}
+double linear_flops(index_t n) { return 4.0 * static_cast<double>(n) * d * d * heads; }
+
+// ------------------------------------------------------------------------------ softmax
+
+void softmax_simd(benchmark::State& state) {
+  const index_t n = state.range(0);
+  const bool causal = state.range(1) != 0;
+  const int threads = static_cast<int>(state.range(2));
+  inputs in(n);
+  lrpe::backend::simd_threads pool(threads);
+  const lrpe::backend::simd_policy<> policy{&pool};
+  run_timed(state, softmax_flops(n, causal), threads, [&] {
+    lrpe::softmax_attention(in.view(in.q), in.view(in.k), in.view(in.v), in.view(in.out), lrpe::no_encoding{},
+                            lrpe::softmax_options<>{.causal = causal}, policy);
+  });
+}
+
+void softmax_simd_rope(benchmark::State& state) {  // end to end: encode Q and K (reference encoder path), then the kernel
+  const index_t n = state.range(0);
+  inputs in(n);
+  const lrpe::rope_neox<T> enc(d);
+  run_timed(state, softmax_flops(n, true), 1, [&] {
+    lrpe::softmax_attention(in.view(in.q), in.view(in.k), in.view(in.v), in.view(in.out), enc,
+                            lrpe::softmax_options<>{.causal = true}, lrpe::backend::simd<>{});
+  });
+}
+
+void softmax_simd_alibi(benchmark::State& state) {
+  const index_t n = state.range(0);
+  inputs in(n);
+  const auto alibi = lrpe::canonical::alibi<T>::for_heads(d, heads);
+  run_timed(state, softmax_flops(n, true), 1, [&] {
+    lrpe::softmax_attention(in.view(in.q), in.view(in.k), in.view(in.v), in.view(in.out), alibi,
+                            lrpe::softmax_options<>{.causal = true}, lrpe::backend::simd<>{});
+  });
+}
+
+void softmax_reference(benchmark::State& state) {
+  const index_t n = state.range(0);
+  const bool causal = state.range(1) != 0;
+  inputs in(n);
+  run_timed(state, softmax_flops(n, causal), 1, [&] {
+    lrpe::softmax_attention(in.view(in.q), in.view(in.k), in.view(in.v), in.view(in.out), lrpe::no_encoding{},
+                            lrpe::softmax_options<>{.causal = causal});
+  });
+}
+
+/// What a user would write with Eigen: S = QKᵀ (noalias, no temporary), scale, row softmax, O = SV.
+void softmax_eigen(benchmark::State& state) {
+  const index_t n = state.range(0);
+  inputs in(n);
+  using M = lrpe::row_matrix<T>;
+  using Map = Eigen::Map<M>;
+  M s(n, n);
+  const T scale = T(1) / std::sqrt(T(d));
+  run_timed(state, softmax_flops(n, false), 1, [&] {
+    for (index_t h = 0; h < heads; ++h) {
+      const Map q(in.q.data() + h * n * d, n, d), k(in.k.data() + h * n * d, n, d), v(in.v.data() + h * n * d, n, d);
+      Map o(in.out.data() + h * n * d, n, d);
+      s.noalias() = q * k.transpose();
+      s *= scale;
+      for (index_t i = 0; i < n; ++i) {
+        auto row = s.row(i);
+        row = (row.array() - row.maxCoeff()).exp();
+        row /= row.sum();
+      }
+      o.noalias() = s * v;
+    }
+  });
+}
+
+// ------------------------------------------------------------------------------ linear
+
+void linear_simd(benchmark::State& state) {
+  const index_t n = state.range(0);
+  const bool causal = state.range(1) != 0;
+  const int threads = static_cast<int>(state.range(2));
+  inputs in(n);
+  lrpe::backend::simd_threads pool(threads);
+  const lrpe::backend::simd_policy<> policy{&pool};
+  run_timed(state, linear_flops(n), threads, [&] {
+    lrpe::linear_attention(in.view(in.q), in.view(in.k), in.view(in.v), in.view(in.out), lrpe::no_encoding{},
+                           lrpe::feature_maps::identity{}, lrpe::linear_options{.causal = causal, .chunk = 64}, policy);
+  });
+}
+
+void linear_simd_rope(benchmark::State& state) {  // end to end: 1+elu, RoPE features (reference encoder path), causal
+  const index_t n = state.range(0);
+  inputs in(n);
+  const lrpe::rope_neox<T> enc(d);
+  run_timed(state, linear_flops(n), 1, [&] {
+    lrpe::linear_attention(in.view(in.q), in.view(in.k), in.view(in.v), in.view(in.out), enc,
+                           lrpe::feature_maps::elu_plus_one{}, lrpe::linear_options{.causal = true, .chunk = 64},
+                           lrpe::backend::simd<>{});
+  });
+}
+
+void linear_reference(benchmark::State& state) {
+  const index_t n = state.range(0);
+  const bool causal = state.range(1) != 0;
+  inputs in(n);
+  run_timed(state, linear_flops(n), 1, [&] {
+    lrpe::linear_attention(in.view(in.q), in.view(in.k), in.view(in.v), in.view(in.out), lrpe::no_encoding{},
+                           lrpe::feature_maps::identity{}, lrpe::linear_options{.causal = causal, .chunk = 64});
+  });
+}
+
+}  // namespace
+
+// Anchors first (registration order is run order).
+BENCHMARK(anchor_fma)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(anchor_copy)->Name("anchor_copy_stream")->Arg(256 << 20)->Unit(benchmark::kMillisecond);
+BENCHMARK(anchor_copy)->Name("anchor_copy_l3")->Arg(4 << 20)->Unit(benchmark::kMicrosecond);
+
+BENCHMARK(softmax_simd)
+    ->ArgsProduct({{512, 2048, 4096, 8192}, {0, 1}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(softmax_simd)->Args({16384, 0, 1})->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(softmax_simd_rope)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(softmax_simd_alibi)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(softmax_reference)->ArgsProduct({{512, 2048, 4096}, {0, 1}})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(softmax_eigen)->Arg(512)->Arg(2048)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+BENCHMARK(linear_simd)
+    ->ArgsProduct({{512, 2048, 4096, 8192}, {0, 1}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(linear_simd_rope)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(linear_reference)->ArgsProduct({{512, 2048, 4096, 8192}, {0, 1}})->UseRealTime()->Unit(benchmark::kMillisecond);
+
+BENCHMARK_MAIN();

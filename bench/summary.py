@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""One table of ratios from a bench_simd_attention JSON run (and optionally torch_peer.py's JSON).
+
+Usage:
+  build/release/bench/bench_simd_attention --benchmark_repetitions=3 \
+      --benchmark_report_aggregates_only=true --benchmark_out=build/simd_attention.json
+  build/venv/bin/python bench/torch_peer.py --out build/torch_peer.json
+  python3 bench/summary.py build/simd_attention.json [build/torch_peer.json] [--markdown]
+
+Times are medians over repetitions when the run has aggregates (else the mean of the runs),
+wall-clock (real_time). `frac_peak` is GFLOP/s over the in-run FMA anchor with the same number of
+threads. Checks against the issue-6 targets are printed below the table.
+"""
+import json
+import math
+import re
+import sys
+
+
+def load_bench(path):
+    data = json.load(open(path))
+    runs = {}
+    for b in data["benchmarks"]:
+        agg = b.get("aggregate_name")
+        if agg not in (None, "median"):
+            continue
+        name = re.sub(r"_(median|mean)$", "", b.get("run_name", b["name"]))
+        name = name.replace("/real_time", "")
+        runs.setdefault(name, []).append(b)
+    out = {}
+    for name, bs in runs.items():
+        med = [b for b in bs if b.get("aggregate_name") == "median"]
+        use = med[0] if med else bs[-1]
+        scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[use.get("time_unit", "ns")]
+        rec = dict(use)
+        rec["seconds"] = use["real_time"] * scale
+        out[name] = rec
+    return data.get("context", {}), out
+
+
+def fmt_ms(s):
+    return "—" if s is None else f"{s * 1e3:.2f}"
+
+
+def ratio(a, b):
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def fmt_r(r, digits=2):
+    return "—" if r is None else f"{r:.{digits}f}"
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    md = "--markdown" in sys.argv
+    ctx, b = load_bench(args[0])
+    torch_recs, torch_version = {}, None
+    if len(args) > 1:
+        tj = json.load(open(args[1]))
+        torch_version = tj.get("torch_version")
+        for r in tj["records"]:
+            torch_recs[(r["kernel"], r["n"], r["threads"])] = r["seconds"]
+
+    def t(name):
+        return b[name]["seconds"] if name in b else None
+
+    def c(name, key):
+        return b[name].get(key) if name in b else None
+
+    peak1 = c("anchor_fma/1", "GFLOPs")
+    peak2 = c("anchor_fma/2", "GFLOPs")
+    stream = c("anchor_copy_stream/268435456", "GBps")
+    l3 = c("anchor_copy_l3/4194304", "GBps")
+    print(f"machine: {ctx.get('host_name', '?')}, {ctx.get('num_cpus', '?')} cpus @ {ctx.get('mhz_per_cpu', '?')} MHz, "
+          f"load avg {ctx.get('load_avg', '?')}; torch {torch_version or '(not run)'}")
+    print(f"anchors: FMA 1 thread {fmt_r(peak1, 1)} GFLOP/s, 2 threads {fmt_r(peak2, 1)} GFLOP/s "
+          f"(x{fmt_r(ratio(peak2, peak1))}); STREAM copy {fmt_r(stream, 1)} GB/s; L3 copy {fmt_r(l3, 1)} GB/s")
+
+    sep = " | " if md else "  "
+    head = ["kernel", "n", "thr", "simd ms", "frac_peak", "torch ms", "torch/simd", "ref/simd", "eigen/simd", "minflt", "allocs>64K"]
+    rows = []
+    for kern, cname, tname in (("softmax", 0, "softmax"), ("softmax causal", 1, "softmax_causal"),
+                               ("linear", 0, "linear"), ("linear causal", 1, "linear_causal")):
+        base = "softmax" if kern.startswith("softmax") else "linear"
+        for thr in (1, 2):
+            for n in (512, 2048, 4096, 8192, 16384):
+                name = f"{base}_simd/{n}/{cname}/{thr}"
+                if name not in b:
+                    continue
+                s = t(name)
+                ref = t(f"{base}_reference/{n}/{cname}") if thr == 1 else None
+                eig = t(f"softmax_eigen/{n}") if (thr == 1 and kern == "softmax") else None
+                tor = torch_recs.get((tname, n, thr))
+                rows.append([kern, str(n), str(thr), fmt_ms(s), fmt_r(c(name, "frac_peak")), fmt_ms(tor),
+                             fmt_r(ratio(tor, s)), fmt_r(ratio(ref, s)), fmt_r(ratio(eig, s)),
+                             fmt_r(c(name, "minflt_per_call"), 1), fmt_r(c(name, "big_allocs_per_call"), 1)])
+    if md:
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        for r in rows:
+            print("| " + " | ".join(r) + " |")
+    else:
+        w = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)] if rows else [len(h) for h in head]
+        print(sep.join(h.rjust(w[i]) for i, h in enumerate(head)))
+        for r in rows:
+            print(sep.join(x.rjust(w[i]) for i, x in enumerate(r)))
+
+    print("\ntargets (issue 6):")
+
+    def check(label, value, ok, want):
+        state = "n/a" if value is None else ("MET" if ok else "MISSED")
+        print(f"- {label}: {fmt_r(value)} (want {want}) {state}")
+
+    for n in (2048, 4096, 8192):
+        f = c(f"softmax_simd/{n}/0/1", "frac_peak")
+        check(f"softmax non-causal n={n} frac of FMA peak", f, f is not None and f >= 0.55, ">= 0.55")
+    for n in (2048, 4096, 8192):
+        r = ratio(t(f"softmax_simd/{n}/1/1"), t(f"softmax_simd/{n}/0/1"))
+        check(f"softmax causal/non-causal time n={n}", r, r is not None and r <= 0.55, "<= 0.55")
+        f = c(f"softmax_simd/{n}/1/1", "frac_peak")
+        check(f"softmax causal n={n} useful frac of peak", f, f is not None and f >= 0.50, ">= 0.50")
+    g16, g4 = c("softmax_simd/16384/0/1", "GFLOPs"), c("softmax_simd/4096/0/1", "GFLOPs")
+    r = ratio(g16, g4)
+    check("softmax throughput n=16384 / n=4096", r, r is not None and r >= 0.9, ">= 0.90")
+    for n in (2048, 4096, 8192):
+        f = c(f"linear_simd/{n}/0/1", "frac_peak")
+        check(f"linear non-causal n={n} frac of peak", f, f is not None and f >= 0.5, ">= 0.5")
+        f = c(f"linear_simd/{n}/1/1", "frac_peak")
+        check(f"linear causal n={n} frac of peak (4nd^2)", f, f is not None and f >= 0.30, ">= 0.30")
+        r = ratio(t(f"linear_simd/{n}/1/1"), t(f"linear_simd/{n}/0/1"))
+        check(f"linear causal/non-causal n={n}", r, r is not None and r <= 2.0, "<= 2")
+    r = ratio(t("linear_simd/8192/1/1"), t("linear_simd/2048/1/1"))
+    check("linear causal t(8192)/t(2048)", r, r is not None and 3.6 <= r <= 4.4, "in [3.6, 4.4]")
+    anchor_scale = ratio(peak2, peak1)
+    for base, cname in (("softmax", 0), ("softmax", 1), ("linear", 0), ("linear", 1)):
+        for n in (2048, 4096, 8192):
+            r = ratio(t(f"{base}_simd/{n}/{cname}/1"), t(f"{base}_simd/{n}/{cname}/2"))
+            counted = anchor_scale is not None and anchor_scale >= 1.9
+            label = f"2 threads speed-up {base}{' causal' if cname else ''} n={n}"
+            if counted:
+                check(label, r, r is not None and r >= 1.8, ">= 1.8")
+            else:
+                print(f"- {label}: {fmt_r(r)} (not counted: FMA anchor scales x{fmt_r(anchor_scale)} < 1.9)")
+    # crossover: causal linear vs causal softmax, t = a n^2 vs b n fitted on the measured sizes
+    pts = [(n, t(f"softmax_simd/{n}/1/1"), t(f"linear_simd/{n}/1/1")) for n in (512, 2048, 4096, 8192)]
+    pts = [p for p in pts if p[1] and p[2]]
+    faster = [n for n, s, l in pts if l < s]
+    if pts:
+        a = statistics_median([s / n**2 for n, s, _ in pts])
+        bb = statistics_median([l / n for n, _, l in pts])
+        print(f"- crossover (causal linear faster than causal softmax): measured at n in {faster or 'none'}; "
+              f"model a·n² = b·n gives n* ≈ {bb / a:.0f}")
+
+
+def statistics_median(xs):
+    xs = sorted(xs)
+    m = len(xs) // 2
+    return xs[m] if len(xs) % 2 else 0.5 * (xs[m - 1] + xs[m])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""PyTorch peer of bench_simd_attention: the same shapes (batch 1, 8 heads, d = 64, fp32,
+n in {512, 2048, 4096, 8192}, 1 and 2 threads) in PyTorch on the CPU.
+
+- softmax attention: torch.nn.functional.scaled_dot_product_attention (CPU flash kernel in a
+  current torch), causal and not; matmul-softmax-matmul where SDPA is missing;
+- RoPE: HF-style rotate_half with cached cos/sin, applied to Q and K;
+- linear attention: non-causal (K^T V then Q S) and chunked causal (chunk 64: intra-chunk
+  masked QK^T V plus the inter-chunk state), identity feature map, no normalisation — the same
+  computation as the C++ `linear_simd` benchmark.
+
+Bench-only: torch is never a dependency of the library or its tests. Install it into a venv
+under build/ (e.g. `python3 -m venv build/venv && build/venv/bin/pip install torch`).
+Prints the torch version and writes JSON (one record per case, median of `--reps` timings).
+
+Usage: build/venv/bin/python bench/torch_peer.py [--out build/torch_peer.json] [--reps 5]
+"""
+import argparse
+import json
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+H, D = 8, 64
+
+
+def timed(fn, reps):
+    fn()  # warm-up
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def rope_cache(n, d, base=10000.0):
+    inv = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    t = torch.arange(n, dtype=torch.float32)
+    freqs = torch.outer(t, inv)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rope(q, k, cos, sin):
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+def softmax_attention(q, k, v, causal):
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    s = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
+    if causal:
+        n = q.shape[-2]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def linear_noncausal(q, k, v):
+    return q @ (k.transpose(-1, -2) @ v)
+
+
+def linear_causal_chunked(q, k, v, chunk=64):
+    b, h, n, d = q.shape
+    out = torch.empty_like(v)
+    state = torch.zeros(b, h, d, v.shape[-1], dtype=q.dtype)
+    mask = torch.ones(chunk, chunk, dtype=torch.bool).tril()
+    for i0 in range(0, n, chunk):
+        i1 = min(n, i0 + chunk)
+        qc, kc, vc = q[..., i0:i1, :], k[..., i0:i1, :], v[..., i0:i1, :]
+        a = (qc @ kc.transpose(-1, -2)).masked_fill(~mask[: i1 - i0, : i1 - i0], 0.0)
+        out[..., i0:i1, :] = qc @ state + a @ vc
+        state = state + kc.transpose(-1, -2) @ vc
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="build/torch_peer.json")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--sizes", default="512,2048,4096,8192")
+    args = ap.parse_args()
+    print(f"torch {torch.__version__} (SDPA: {hasattr(F, 'scaled_dot_product_attention')}, "
+          f"cpu capability: {torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, 'cpu') else '?'})")
+    sizes = [int(s) for s in args.sizes.split(",")]
+    records = []
+    torch.manual_seed(0)
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        for n in sizes:
+            q, k, v = (torch.randn(1, H, n, D) for _ in range(3))
+            cos, sin = rope_cache(n, D)
+            cases = {
+                "softmax": lambda: softmax_attention(q, k, v, False),
+                "softmax_causal": lambda: softmax_attention(q, k, v, True),
+                "rope_qk": lambda: rope(q, k, cos, sin),
+                "linear": lambda: linear_noncausal(q, k, v),
+                "linear_causal": lambda: linear_causal_chunked(q, k, v),
+            }
+            for name, fn in cases.items():
+                with torch.no_grad():
+                    t = timed(fn, args.reps if n <= 4096 else max(1, args.reps // 2))
+                records.append({"kernel": name, "n": n, "threads": threads, "seconds": t})
+                print(f"{name:16s} n={n:5d} threads={threads}: {t * 1e3:9.2f} ms", flush=True)
+    with open(args.out, "w") as f:
+        json.dump({"torch_version": torch.__version__, "records": records}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
