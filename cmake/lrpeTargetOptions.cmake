@@ -4,7 +4,7 @@
 #   lrpe_add_warnings(<target>)    -Wall -Wextra -Wpedantic (/W4 on MSVC); -Werror with LRPE_WERROR
 #   lrpe_add_native(<target>)      -march=native when LRPE_NATIVE is ON and the compiler takes it
 #   lrpe_add_sanitizers(<target>)  ASan + UBSan when LRPE_SANITIZE is ON
-#   lrpe_own_target(<target>)      all three
+#   lrpe_own_target(<target> [NO_SANITIZE])  all three, and CXX_EXTENSIONS OFF
 include_guard(GLOBAL)
 include(CheckCXXCompilerFlag)
 
@@ -68,8 +68,14 @@ function(lrpe_add_sanitizers target)
   endif()
 endfunction()
 
+# lrpe_own_target(<target> [NO_SANITIZE]): strict ISO C++ (CXX_EXTENSIONS OFF: -std=c++20,
+# not gnu++20), warnings, -march=native and, unless NO_SANITIZE, the sanitizers.
 function(lrpe_own_target target)
+  cmake_parse_arguments(PARSE_ARGV 1 _arg "NO_SANITIZE" "" "")
+  set_target_properties(${target} PROPERTIES CXX_EXTENSIONS OFF)
   lrpe_add_warnings(${target})
   lrpe_add_native(${target})
-  lrpe_add_sanitizers(${target})
+  if(NOT _arg_NO_SANITIZE)
+    lrpe_add_sanitizers(${target})
+  endif()
 endfunction()
