@@ -40,7 +40,9 @@ function(lrpe_add_native target)
     # warnings about `__Y` once Eigen/xsimd use AVX-512 (GCC PR 105593, fixed in GCC 13).
     if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
       target_compile_options(${target} PRIVATE
-        "$<$<COMPILE_LANGUAGE:CXX>:-Wno-uninitialized;-Wno-maybe-uninitialized>")
+        "$<$<COMPILE_LANGUAGE:CXX>:-Wno-uninitialized;-Wno-maybe-uninitialized>"
+        # nvcc's host compiler is normally the same GCC
+        "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wno-uninitialized,-Wno-maybe-uninitialized>")
     endif()
   endif()
 endfunction()
