@@ -355,11 +355,13 @@ TEST_CASE_TEMPLATE("simd linear attention, every LRPE preset and feature map: ==
   const std::uint64_t seed = 0x51D0'0011;
   MESSAGE("seed = " << seed);
   const index_t d = 16;
-  const shape s{150, 150, d, 24, true, 5, 5, false};
   auto check = [&](const auto& enc, const char* name) {
     INFO("preset " << name);
     int n = 0;
-    for (bool causal : {false, true}) {
+    // Offsets and sorted position arrays (n = 150 > the 64-row encode block: slices of both).
+    for (auto [causal, arrays] : {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}}) {
+      const shape s{150, 150, d, 24, true, 5, 5, arrays};
+      CAPTURE(arrays);
       linear_case_options lo{causal, lrpe::normalisation::denominator, 64, causal ? 0.9 : 1.0};
       LINEAR_INFO(lo);
       CHECK(linear_case<T>(s, enc, lrpe::feature_maps::elu_plus_one{}, lo, seed + static_cast<std::uint64_t>(++n)) <=

@@ -122,6 +122,17 @@ void acquire_feature_scratch(const Backend&, feature_scratch<T>& s, index_t nq, 
   s.k = view(s.k_store);
 }
 
+/**
+ * The features of a block of rows of a linearizable encoding (Q or K), row i at `pos[i]`. The
+ * default encodes row by row; a backend may overload it (found by ADL on its tag) with a
+ * vectorised encoder (backend/simd does, for every `lrpe::encoder`).
+ */
+template <class Backend, class T, class Encoding>
+void encode_features_kernel(const Backend&, const Encoding& encoding, canonical::side which,
+                            const matrix_view<const T>& x, const positions& pos, const matrix_view<T>& out) {
+  for (index_t i = 0; i < x.rows; ++i) lrpe::detail::encoding_features(encoding, which, x.row(i), pos[i], out.row(i));
+}
+
 }  // namespace backend
 
 /**
@@ -205,10 +216,9 @@ void softmax_attention(const Q& q_in, const K& k_in, const V& v_in, O&& out_in, 
     const index_t f = canonical::feature_dim(encoding);
     backend::feature_scratch<T> fs;
     acquire_feature_scratch(backend, fs, q.rows, k.rows, f);
-    for (index_t i = 0; i < q.rows; ++i)
-      detail::encoding_features(encoding, canonical::side::query, q.row(i), options.q_positions[i], fs.q.row(i));
-    for (index_t j = 0; j < k.rows; ++j)
-      detail::encoding_features(encoding, canonical::side::key, k.row(j), options.k_positions[j], fs.k.row(j));
+    using backend::encode_features_kernel;
+    encode_features_kernel(backend, encoding, canonical::side::query, q, options.q_positions, fs.q);
+    encode_features_kernel(backend, encoding, canonical::side::key, k, options.k_positions, fs.k);
     softmax_kernel(backend, problem,
                    backend::dot_logits<T>{matrix_view<const T>(fs.q), matrix_view<const T>(fs.k), scale}, value_term,
                    options.reweight);

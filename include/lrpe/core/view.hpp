@@ -100,6 +100,13 @@ class positions {
   [[nodiscard]] constexpr position_t offset() const noexcept { return offset_; }
   [[nodiscard]] constexpr index_t size() const noexcept { return size_; }
 
+  /// The positions of rows first .. first + count − 1: a sub-block of the same source (an array
+  /// slice of exactly `count` entries, or the offset moved by `first`).
+  [[nodiscard]] constexpr positions slice(index_t first, index_t count) const noexcept {
+    if (!is_array_) return positions(offset_ + first);
+    return positions(std::span<const position_t>(array_ + first, static_cast<std::size_t>(count)));
+  }
+
   /// Throws `shape_error` if this is an array whose length differs from `rows`.
   void require_rows(index_t rows, const char* where, const char* arg = "positions") const {
     if (is_array() && size_ != rows) detail::require_size(size_, rows, where, arg);

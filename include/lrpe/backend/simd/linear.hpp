@@ -19,6 +19,7 @@
 
 #include <lrpe/attention/linear.hpp>
 #include <lrpe/attention/state.hpp>
+#include <lrpe/backend/simd/encode.hpp>
 #include <lrpe/backend/simd/parallel.hpp>
 #include <lrpe/backend/simd/softmax.hpp>
 #include <lrpe/backend/simd/workspace.hpp>
@@ -318,7 +319,26 @@ template <class A, class T, class Encoding, class Phi>
 void features(const Encoding& encoding, const Phi& phi, const matrix_view<const T>& x, const positions& pos,
               canonical::side which, const matrix_view<T>& out) {
   const index_t d = x.cols;
-  if constexpr (std::is_same_v<Encoding, no_encoding>) {
+  if constexpr (lrpe_encoder<Encoding>) {
+    // φ on a block of rows (in L1), then the SIMD encoder on the block: one pass over memory,
+    // cos/sin (or π^s) tables shared by the block. Identity φ encodes x directly.
+    const simd_encoder<Encoding, A> enc(encoding);
+    if constexpr (std::is_same_v<Phi, feature_maps::identity>) {
+      enc.encode(x, pos, out);
+    } else {
+      constexpr index_t block = 64;
+      lrpe::detail::small_buffer<T, 64 * 64> tmp(block * d);
+      for (index_t i0 = 0; i0 < x.rows; i0 += block) {
+        const index_t rows = std::min(block, x.rows - i0);
+        for (index_t i = 0; i < rows; ++i) {
+          T* row = tmp.data() + i * d;
+          if (!vector_feature_map<T, A>(phi, x.row(i0 + i), row, d)) lrpe::detail::apply_feature_map(phi, x.row(i0 + i), row, d);
+        }
+        enc.encode(matrix_view<const T>(tmp.data(), rows, d, d), pos.slice(i0, rows),
+                   matrix_view<T>(out.row(i0), rows, out.cols, out.row_stride));
+      }
+    }
+  } else if constexpr (std::is_same_v<Encoding, no_encoding>) {
     for (index_t i = 0; i < x.rows; ++i)
       if (!vector_feature_map<T, A>(phi, x.row(i), out.row(i), d)) lrpe::detail::apply_feature_map(phi, x.row(i), out.row(i), d);
   } else {
@@ -353,6 +373,18 @@ void linear_features_kernel(const simd_policy<Arch>&, const Encoding& encoding, 
                             const matrix_view<const T>& x, const positions& pos, canonical::side which,
                             const matrix_view<T>& out) {
   simd_detail::features<Arch>(encoding, phi, x, pos, which, out);
+}
+
+/// Encoded Q or K for softmax attention: the SIMD encoder for every `lrpe::encoder`.
+template <class Arch, class T, class Encoding>
+void encode_features_kernel(simd<Arch>, const Encoding& encoding, canonical::side which, const matrix_view<const T>& x,
+                            const positions& pos, const matrix_view<T>& out) {
+  simd_detail::features<Arch>(encoding, feature_maps::identity{}, x, pos, which, out);
+}
+template <class Arch, class T, class Encoding>
+void encode_features_kernel(const simd_policy<Arch>&, const Encoding& encoding, canonical::side which,
+                            const matrix_view<const T>& x, const positions& pos, const matrix_view<T>& out) {
+  simd_detail::features<Arch>(encoding, feature_maps::identity{}, x, pos, which, out);
 }
 
 }  // namespace backend
