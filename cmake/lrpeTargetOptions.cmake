@@ -3,6 +3,7 @@
 #
 #   lrpe_add_warnings(<target>)    -Wall -Wextra -Wpedantic (/W4 on MSVC); -Werror with LRPE_WERROR
 #   lrpe_add_native(<target>)      -march=native when LRPE_NATIVE is ON and the compiler takes it
+#   lrpe_quiet_gcc12_avx512(<t>)   GCC 12 only: silence its false AVX-512 header warnings
 #   lrpe_add_sanitizers(<target>)  ASan + UBSan when LRPE_SANITIZE is ON
 #   lrpe_own_target(<target> [NO_SANITIZE])  all three, and CXX_EXTENSIONS OFF
 include_guard(GLOBAL)
@@ -36,14 +37,20 @@ function(lrpe_add_native target)
     target_compile_options(${target} PRIVATE
       "$<$<COMPILE_LANGUAGE:CXX>:-march=native>"
       "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-march=native>")
-    # GCC 12's AVX-512 intrinsic headers trigger hundreds of false -W(maybe-)uninitialized
-    # warnings about `__Y` once Eigen/xsimd use AVX-512 (GCC PR 105593, fixed in GCC 13).
-    if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
-      target_compile_options(${target} PRIVATE
-        "$<$<COMPILE_LANGUAGE:CXX>:-Wno-uninitialized;-Wno-maybe-uninitialized>"
-        # nvcc's host compiler is normally the same GCC
-        "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wno-uninitialized,-Wno-maybe-uninitialized>")
-    endif()
+    lrpe_quiet_gcc12_avx512(${target})
+  endif()
+endfunction()
+
+# lrpe_quiet_gcc12_avx512(<target>): for targets compiled with AVX-512 enabled (-march=native
+# on an AVX-512 machine, -mavx512f). GCC 12's AVX-512 intrinsic headers trigger hundreds of
+# false -W(maybe-)uninitialized warnings about `__Y` once Eigen/xsimd use AVX-512 (GCC PR
+# 105593, fixed in GCC 13): turn those two warnings off, for GCC < 13 only.
+function(lrpe_quiet_gcc12_avx512 target)
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
+    target_compile_options(${target} PRIVATE
+      "$<$<COMPILE_LANGUAGE:CXX>:-Wno-uninitialized;-Wno-maybe-uninitialized>"
+      # nvcc's host compiler is normally the same GCC
+      "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wno-uninitialized,-Wno-maybe-uninitialized>")
   endif()
 endfunction()
 
