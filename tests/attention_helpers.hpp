@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 namespace attention_test {
 
@@ -38,6 +39,26 @@ double rel_error(const rm<T>& a, const rm<ld>& b) {
       mag = std::max(mag, std::abs(b(i, j)));
     }
   return static_cast<double>(err / (1 + mag));
+}
+
+/// Calls f(encoder, name) for every LRPE preset at width d (as its encoder<P, Λ> base).
+template <class T, class F>
+void for_each_preset(lrpe::index_t d, F&& f) {
+  auto base = [](const auto& e) -> const auto& {
+    using E = std::remove_cvref_t<decltype(e)>;
+    return static_cast<const lrpe::encoder<typename E::p_type, typename E::lambda_type>&>(e);
+  };
+  f(base(lrpe::type1<T>(d)), "type1");
+  f(base(lrpe::type2<T>(d)), "type2");
+  f(base(lrpe::type3<T>(d)), "type3");
+  f(base(lrpe::type4<T>(d)), "type4");
+  f(base(lrpe::type5<T>(d)), "type5");
+  f(base(lrpe::type6<T>(d)), "type6");
+  f(base(lrpe::type7<T>(d)), "type7");
+  f(base(lrpe::type8<T>(d)), "type8");
+  f(base(lrpe::rope_gptj<T>(d)), "rope_gptj");
+  f(base(lrpe::rope_neox<T>(d)), "rope_neox");
+  f(base(lrpe::permuteformer<T>(d)), "permuteformer");
 }
 
 }  // namespace attention_test

@@ -15,6 +15,7 @@
 
 namespace {
 
+using attention_test::for_each_preset;
 using attention_test::random_matrix;
 using attention_test::rel_error;
 
@@ -106,24 +107,6 @@ rm<ld> recurrence(const Enc& enc, const Phi& phi, const rm<T>& q, const rm<T>& k
   return out;
 }
 
-template <class T, class F>
-void for_each_preset(index_t d, F&& f) {
-  auto base = [](const auto& e) -> const auto& {
-    using E = std::remove_cvref_t<decltype(e)>;
-    return static_cast<const lrpe::encoder<typename E::p_type, typename E::lambda_type>&>(e);
-  };
-  f(base(lrpe::type1<T>(d)), "type1");
-  f(base(lrpe::type2<T>(d)), "type2");
-  f(base(lrpe::type3<T>(d)), "type3");
-  f(base(lrpe::type4<T>(d)), "type4");
-  f(base(lrpe::type5<T>(d)), "type5");
-  f(base(lrpe::type6<T>(d)), "type6");
-  f(base(lrpe::type7<T>(d)), "type7");
-  f(base(lrpe::type8<T>(d)), "type8");
-  f(base(lrpe::rope_gptj<T>(d)), "rope_gptj");
-  f(base(lrpe::rope_neox<T>(d)), "rope_neox");
-  f(base(lrpe::permuteformer<T>(d)), "permuteformer");
-}
 
 }  // namespace
 
