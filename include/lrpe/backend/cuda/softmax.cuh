@@ -160,21 +160,7 @@ template <storage_type T>
 void softmax_launch(const encoder_desc& enc, const device_bias* bias, device_view<const T> q, device_view<const T> k,
                     device_view<const T> v, device_view<T> out, const softmax_options& options, cudaStream_t stream) {
   constexpr const char* where = "lrpe::cuda::softmax_attention";
-  using ::lrpe::detail::concat;
-  using ::lrpe::detail::require_shape;
-  validate_view(q, where, "q");
-  validate_view(k, where, "k");
-  validate_view(v, where, "v");
-  validate_view(out, where, "out");
-  require_shape(q.dim == enc.d, where, "q.dim", concat("must equal the encoder's dim() = ", enc.d), q.dim);
-  require_shape(k.dim == q.dim, where, "k.dim", concat("must equal q.dim = ", q.dim), k.dim);
-  require_shape(k.batch == q.batch && k.heads == q.heads, where, "k", "must have the batch and heads of q",
-                concat(k.batch, "x", k.heads));
-  require_same_rows(v, k, where, "v", "k");
-  require_same_rows(out, q, where, "out", "q");
-  require_shape(out.dim == v.dim, where, "out.dim", concat("must equal v.dim = ", v.dim), out.dim);
-  require_shape(q.heads <= 65535 && q.batch <= 65535, where, "q", "must have at most 65535 heads and batches",
-                concat(q.batch, "x", q.heads));
+  validate_attention_views(enc, q, k, v, out, where);
   if (q.rows() == 0) return;
 
   softmax_params p{};
