@@ -120,7 +120,8 @@ TEST_CASE_TEMPLATE("simd encode == reference for every preset (random n, d, posi
   for (index_t d : widths) {
     const E e = make<E>(d);
     for (int rep = 0; rep < 3; ++rep) {
-      const index_t n = rep == 0 ? 1 : 1 + static_cast<index_t>(g.below(90));
+      // n = 1, a few rows, and more than one 256-position block (runs of 64 across a block edge).
+      const index_t n = rep == 0 ? 1 : rep == 1 ? 1 + static_cast<index_t>(g.below(90)) : 257 + static_cast<index_t>(g.below(200));
       const pos_case pc = random_positions(g, n);
       const long double err = simd_vs_reference(e, n, pc, g.next());
       INFO("d = " << d << ", n = " << n << (pc.array ? ", position array" : ", offset ") << pc.offset);
@@ -309,6 +310,64 @@ TEST_CASE("simd angles at position ±1e6 in float match a long-double reference 
       worst = std::max({worst, std::abs(y(0, j) - std::cos(a)), std::abs(y(0, d + j) - std::sin(a))});
     }
     CHECK(worst <= 2.5e-7L);
+  }
+}
+
+TEST_CASE_TEMPLATE("simd encode: non-temporal stores give the same bits; misaligned outputs fall back", E,
+                   LRPE_PRESETS(float), LRPE_PRESETS(double)) {
+  // The threshold only picks the store instruction, so streamed results must equal the cached
+  // ones bit for bit, for aligned outputs (streamed) and outputs one element off (not streamed).
+  using T = typename E::scalar;
+  constexpr index_t n = 77, d = 64;
+  const E e = make<E>(d);
+  const auto x = ref::random_rows<T>(n, d, 4242);
+  const index_t f = e.feature_dim();
+  lrpe::simd_encoder<E> se(e);
+  CHECK(se.stream_threshold() == lrpe::simd_encoder<E>::default_stream_threshold);
+  lrpe::row_matrix<T> cached(n, f);
+  se.encode(lrpe::view(x), 11, lrpe::view(cached));
+  se.set_stream_threshold(0);
+  lrpe::row_matrix<T> streamed = lrpe::row_matrix<T>::Constant(n, f, T(7));
+  se.encode(lrpe::view(x), 11, lrpe::view(streamed));
+  CHECK((streamed.array() == cached.array()).all());
+  std::vector<T> buf(static_cast<std::size_t>(n * f + 1), T(7));
+  const lrpe::matrix_view<T> shifted{buf.data() + 1, n, f, f};  // not vector-aligned
+  se.encode(lrpe::view(x), 11, shifted);
+  bool same = true;
+  for (index_t i = 0; i < n; ++i)
+    for (index_t j = 0; j < f; ++j) same = same && buf[static_cast<std::size_t>(i * f + j + 1)] == cached(i, j);
+  CHECK(same);
+  // And the result is still the reference's.
+  CHECK(ref::max_abs_diff(cached, e.encode(x, lrpe::positions(11))) <= tol<T>(d));
+}
+
+TEST_CASE("simd float tables over runs of positions match a long-double reference at large offsets") {
+  // Consecutive positions in float take cos_sin_rows::fill_run: one sincos per 64 positions,
+  // the rest by a complex product in double. With x = 1, LRPE cosine's features are
+  // (cos sθ_j, sin sθ_j). Stated bound: the scalar tolerance 2.5e-7 plus the double angle's own
+  // rounding, 4·|s|·θ_max·2⁻⁵³ (θ_max = 1), which both the direct and the run path carry.
+  constexpr index_t d = 64, n = 700;
+  const lrpe::encoder cosine{lrpe::p::identity<float>(d), lrpe::lambda::complex_phase<float>(d)};
+  const lrpe::row_matrix<float> ones = lrpe::row_matrix<float>::Ones(n, d);
+  lrpe::row_matrix<float> y(n, 2 * d), direct(n, 2 * d);
+  for (position_t s0 : {position_t{0}, position_t{-350}, position_t{999'700}, position_t{-1'000'000},
+                        position_t{2'147'483'600}, position_t{1'000'000'000}}) {
+    lrpe::encode(simd{}, cosine, lrpe::view(ones), s0, lrpe::view(y));
+    std::vector<position_t> arr(static_cast<std::size_t>(n));
+    for (index_t i = 0; i < n; ++i) arr[static_cast<std::size_t>(i)] = s0 + i;
+    lrpe::encode(simd{}, cosine, lrpe::view(ones), arr, lrpe::view(direct));  // array: direct sincos
+    long double worst = 0;
+    for (index_t i = 0; i < n; ++i) {
+      for (index_t j = 0; j < d; ++j) {
+        const long double a = static_cast<long double>(s0 + i) * std::pow(10000.0L, -2.0L * j / d);
+        worst = std::max({worst, std::abs(y(i, j) - std::cos(a)), std::abs(y(i, d + j) - std::sin(a))});
+      }
+    }
+    const long double bound = 2.5e-7L + 4.0L * std::abs(static_cast<long double>(s0) + n) * 0x1p-53L;
+    MESSAGE("s0 = " << s0 << ": max error " << static_cast<double>(worst) << " (bound " << static_cast<double>(bound)
+                    << "), run vs direct " << static_cast<double>(ref::max_abs_diff(y, direct)));
+    CHECK(worst <= bound);
+    CHECK(ref::max_abs_diff(y, direct) <= 2 * bound);
   }
 }
 

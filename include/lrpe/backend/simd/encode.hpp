@@ -19,11 +19,13 @@
  *   says which path a type takes, at compile time.
  *
  * Sharing: the per-position table (cos/sin of s·θ_k, or the indices of π^s) is filled once
- * for a block of up to 64 positions and reused by every head and batch entry, and by K when K
- * has the same positions as Q. Memory: no heap allocation per call except the kernels' small
- * parameter copies (a permutation's d indices; the d² matrix of a DCT/dense P); the table and
- * the scratch row live on the stack (32 KiB). Hold a `simd_encoder` to make repeated calls
- * allocation-free.
+ * for a block of up to 256 positions and reused by every head and batch entry, and by K when K
+ * has the same positions as Q. For float and consecutive positions the table costs one sincos
+ * per 64 positions (`cos_sin_rows::fill_run`). Outputs of 16 MiB or more are written with
+ * non-temporal stores (`set_stream_threshold`). Memory: no heap allocation per call except the
+ * kernels' small parameter copies (a permutation's d indices; the d² matrix of a DCT/dense P);
+ * the table (≤ 128 KiB) lives in the calling thread's grow-only `simd_workspace`, the scratch
+ * row on the stack. Hold a `simd_encoder` to make repeated calls allocation-free.
  */
 #pragma once
 
@@ -32,10 +34,12 @@
 #include <lrpe/backend/simd/detail/kernels.hpp>
 #include <lrpe/backend/simd/encode_dft.hpp>
 #include <lrpe/backend/simd/tag.hpp>
+#include <lrpe/backend/simd/workspace.hpp>
 #include <lrpe/detail/small_buffer.hpp>
 #include <lrpe/encoder.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <type_traits>
@@ -122,6 +126,18 @@ class simd_encoder {
   }
 
   [[nodiscard]] const E& encoding() const noexcept { return *enc_; }
+
+  /// Output bytes per call from which stores bypass the cache (16 MiB: more than half of a
+  /// typical L3, so the output would not stay cached anyway).
+  static constexpr std::size_t default_stream_threshold = std::size_t{16} << 20;
+  /**
+   * Calls whose output (all heads, Q and K) is at least `bytes` long write it with
+   * non-temporal stores where the layout allows (vector-aligned rows): no read of each output
+   * line before it is written, and the cache keeps the working set of whoever runs next. 0:
+   * always; `SIZE_MAX`: never. The results are the same either way.
+   */
+  void set_stream_threshold(std::size_t bytes) noexcept { stream_threshold_ = bytes; }
+  [[nodiscard]] std::size_t stream_threshold() const noexcept { return stream_threshold_; }
   /// True when calls run SIMD code (false: the reference path).
   [[nodiscard]] bool vectorised() const noexcept {
     if constexpr (path == simd_path::row_fft) return dft_.has_value();
@@ -226,14 +242,15 @@ class simd_encoder {
   void run(const backend::simd_detail::job<scalar>* jobs, index_t count, index_t rows, const positions& pos) const {
     if (count == 0 || rows == 0) return;
     if constexpr (has_pl) {
-      run_table(jobs, count, rows, pos, *lk_, [&](const auto* tab, const scalar* x, scalar* y, scalar* scratch) {
+      run_table(jobs, count, rows, pos, *lk_, [&](auto stream, const auto* tab, const scalar* x, scalar* y, scalar* scratch) {
+        constexpr bool st = decltype(stream)::value;
         if constexpr (pk_type::is_identity) {
-          lk_->apply(tab, x, y);
+          lk_->template apply<st>(tab, x, y);
         } else if constexpr (lk_type::is_identity) {
           pk_->apply(x, y);
         } else {
           pk_->apply(x, scratch);
-          lk_->apply(tab, scratch, y);
+          lk_->template apply<st>(tab, scratch, y);
         }
       });
       return;
@@ -247,13 +264,46 @@ class simd_encoder {
       for (index_t i = 0; i < rows; ++i) enc_->encode_features(pos[i], jobs[j].x.row(i), jobs[j].out.row(i));
   }
 
-  static constexpr std::size_t table_bytes = 32 * 1024;
-  static constexpr index_t max_block = 64;
+  /// Table budget (L2-resident) and the most positions per block: long blocks keep each
+  /// matrix's rows streaming (a block of 256 rows is 64 KiB of one head at d = 64; blocks of 64
+  /// measured 25 % slower at n = 8192 from the 32 streams restarting every 16 KiB).
+  static constexpr std::size_t table_bytes = 128 * 1024;
+  static constexpr index_t max_block = 256;
+  /// The FFT path's table stays on the stack (d ≤ 128: ≤ 1 KiB per row).
+  static constexpr std::size_t fft_table_bytes = 32 * 1024;
 
   /// Rows per position block for a table row of `row_bytes` bytes (≥ 1).
-  static index_t block_rows(std::size_t row_bytes) noexcept {
+  static index_t block_rows(std::size_t row_bytes, std::size_t budget = table_bytes) noexcept {
     if (row_bytes == 0) return max_block;
-    return std::clamp<index_t>(static_cast<index_t>(table_bytes / row_bytes), 1, max_block);
+    return std::clamp<index_t>(static_cast<index_t>(budget / row_bytes), 1, max_block);
+  }
+
+  /// Table rows of positions pos[r0 … r0 + m): a run of consecutive positions in one call where
+  /// the kernel has `fill_run` (cheaper per position, see cos_sin_rows), else one by one.
+  template <class LK, class Entry>
+  static void fill_block(const LK& lk, const positions& pos, index_t r0, index_t m, Entry* table, index_t tw, double* c,
+                         double* s) noexcept {
+    if constexpr (requires(Entry* t, double* a) { lk.fill_run(position_t{}, index_t{}, t, index_t{}, a, a); }) {
+      if (!pos.is_array()) {
+        constexpr index_t run = backend::simd_detail::cos_sin_rows<Arch, scalar>::run;
+        for (index_t q = 0; q < m; q += run)
+          lk.fill_run(pos[r0 + q], std::min(run, m - q), table + q * tw, tw, c, s);
+        return;
+      }
+    }
+    for (index_t r = 0; r < m; ++r) lk.fill(pos[r0 + r], table + r * tw, c, s);
+  }
+
+  /// The output of job `jb` can take non-temporal stores (every full-vector store aligned).
+  template <class LK>
+  static bool can_stream(const backend::simd_detail::job<scalar>& jb, const LK& lk) noexcept {
+    constexpr std::size_t vec = sizeof(xsimd::batch<scalar, Arch>);
+    if constexpr (!backend::compat::has_stream_store<Arch>) {
+      return false;
+    } else {
+      return lk.stream_layout_ok() && reinterpret_cast<std::uintptr_t>(jb.out.data) % vec == 0 &&
+             (static_cast<std::size_t>(jb.out.row_stride) * sizeof(scalar)) % vec == 0;
+    }
   }
 
   template <class LK, class RowFn>
@@ -262,24 +312,33 @@ class simd_encoder {
     using entry = typename LK::entry;
     const index_t tw = lk.table_width();
     const std::size_t row_bytes = static_cast<std::size_t>(tw) * sizeof(entry);
-    alignas(64) unsigned char stack[table_bytes];
-    std::vector<entry> heap;  // only when one table row exceeds 32 KiB (d > 4096 float)
-    entry* table = reinterpret_cast<entry*>(stack);
-    if (row_bytes > table_bytes) {
-      heap.resize(static_cast<std::size_t>(tw));
-      table = heap.data();
-    }
     const index_t block = block_rows(row_bytes);
+    // The table lives in the calling thread's grow-only workspace: no allocation once warm.
+    entry* table = backend::simd_workspace::this_thread().get<entry>(backend::simd_workspace::encode_table,
+                                                                       std::max<index_t>(1, block * tw));
     detail::small_buffer<double> c(lk.angle_count()), s(lk.angle_count());
     detail::small_buffer<scalar> scratch(enc_->dim());
+    // Outputs larger than the threshold bypass the cache (no read-for-ownership of each line).
+    const double out_bytes = static_cast<double>(count) * static_cast<double>(rows) *
+                             static_cast<double>(enc_->feature_dim()) * sizeof(scalar);
+    const bool stream = out_bytes >= static_cast<double>(stream_threshold_);
+    bool streamed = false;
     for (index_t r0 = 0; r0 < rows; r0 += block) {
       const index_t m = std::min(block, rows - r0);
-      for (index_t r = 0; r < m; ++r) lk.fill(pos[r0 + r], table + r * tw, c.data(), s.data());
+      fill_block(lk, pos, r0, m, table, tw, c.data(), s.data());
       for (index_t j = 0; j < count; ++j) {
         const auto& jb = jobs[j];
-        for (index_t r = 0; r < m; ++r) row_fn(table + r * tw, jb.x.row(r0 + r), jb.out.row(r0 + r), scratch.data());
+        if (stream && can_stream(jb, lk)) {
+          streamed = true;
+          for (index_t r = 0; r < m; ++r)
+            row_fn(std::true_type{}, table + r * tw, jb.x.row(r0 + r), jb.out.row(r0 + r), scratch.data());
+        } else {
+          for (index_t r = 0; r < m; ++r)
+            row_fn(std::false_type{}, table + r * tw, jb.x.row(r0 + r), jb.out.row(r0 + r), scratch.data());
+        }
       }
     }
+    if (streamed) backend::compat::stream_fence();
   }
 
   void run_fft(const backend::simd_detail::job<scalar>* jobs, index_t count, index_t rows, const positions& pos) const {
@@ -287,14 +346,14 @@ class simd_encoder {
     const index_t tw = lk.table_width();
     constexpr index_t lanes = dft_kernel::lanes;
     const std::size_t row_bytes = static_cast<std::size_t>(tw) * sizeof(scalar);
-    alignas(64) unsigned char stack[table_bytes];
+    alignas(64) unsigned char stack[fft_table_bytes];
     scalar* table = reinterpret_cast<scalar*>(stack);
     // d ≤ 128 here, so a table row is ≤ 1 KiB; blocks are whole groups of `lanes` rows.
-    const index_t block = std::max<index_t>(lanes, block_rows(row_bytes) / lanes * lanes);
+    const index_t block = std::max<index_t>(lanes, block_rows(row_bytes, fft_table_bytes) / lanes * lanes);
     detail::small_buffer<double> c(lk.angle_count()), s(lk.angle_count());
     for (index_t r0 = 0; r0 < rows; r0 += block) {
       const index_t m = std::min(block, rows - r0);
-      for (index_t r = 0; r < m; ++r) lk.fill(pos[r0 + r], table + r * tw, c.data(), s.data());
+      fill_block(lk, pos, r0, m, table, tw, c.data(), s.data());
       for (index_t j = 0; j < count; ++j) {
         const auto& jb = jobs[j];
         if (!dft_kernel::stride_ok(jb.x.row_stride)) {
@@ -309,6 +368,7 @@ class simd_encoder {
   }
 
   const E* enc_;
+  std::size_t stream_threshold_ = default_stream_threshold;
   std::optional<std::conditional_t<has_pl, pk_type, none>> pk_;
   std::optional<std::conditional_t<has_pl, lk_type, none>> lk_;
   std::optional<std::conditional_t<has_fft, dft_kernel, none>> dft_;

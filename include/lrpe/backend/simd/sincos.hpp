@@ -10,6 +10,9 @@
  * ulp of the libm value, so a float result rounds to the same float or a neighbour, and a
  * double result differs from the scalar path by ~1e-16 — far below the tolerance the tests
  * state for either (docs/backends.md).
+ *
+ * `cos_sin_rows` builds the per-position tables of the rotation and complex-phase kernels from
+ * it (and, for float, from one complex product per extra position of a run; see there).
  */
 #pragma once
 
@@ -18,6 +21,8 @@
 
 #include <cmath>
 #include <cstddef>
+#include <type_traits>
+#include <vector>
 
 #include <xsimd/xsimd.hpp>
 
@@ -55,6 +60,77 @@ inline void angle_cos_sin(position_t s, const double* theta, index_t count, doub
     }
   }
 }
+
+/**
+ * Table rows `[cos(s·θ_k), k < count | sin(s·θ_k), k < count]` in T, one per position s: the
+ * per-position table of the rotation and complex-phase kernels.
+ *
+ * `fill(s, row)` evaluates every angle by `angle_cos_sin` (the scalar contract). `fill_run(s0,
+ * m, …)` fills the rows of the m ≤ `run` consecutive positions s0, s0+1, …: for double exactly
+ * like `fill`; for float it evaluates s0 by `angle_cos_sin` and every other row by one complex
+ * product in double, e^{i s0 θ_k}·e^{i j θ_k}, with e^{i j θ_k} (j < run, angle j·θ_k formed
+ * in double) tabulated at construction — 6 flops per angle instead of a sincos. The product is
+ * the exact rotation by fl(s0·θ_k) + fl(j·θ_k) within 2⁻⁵² relative; that angle and the
+ * direct fl((s0+j)·θ_k) are both within 1.5 double ulps of |s|·θ_k of the true angle, so the
+ * float rows agree with `fill`'s to the float rounding (≤ 1 float ulp) while |s|·θ < 2²⁹, and
+ * beyond that both are as far from the true value as the double angle itself (docs/backends.md).
+ * Not a recurrence: no error accumulates along the run.
+ */
+template <class Arch, class T>
+class cos_sin_rows {
+ public:
+  /// Positions per `fill_run` (and per table block of the encoder).
+  static constexpr index_t run = 64;
+
+  cos_sin_rows(const double* theta, index_t count) : theta_(theta), count_(count) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (count_ > 0 && count_ <= max_stepped) {
+        const auto n = static_cast<std::size_t>(run * count_);
+        step_c_.resize(n);
+        step_s_.resize(n);
+        for (index_t j = 0; j < run; ++j)
+          angle_cos_sin<Arch>(j, theta_, count_, step_c_.data() + j * count_, step_s_.data() + j * count_);
+      }
+    }
+  }
+
+  [[nodiscard]] index_t count() const noexcept { return count_; }
+  [[nodiscard]] const double* frequencies() const noexcept { return theta_; }
+
+  /// Row of position s (scratch c, sn: count() doubles each).
+  void fill(position_t s, T* row, double* c, double* sn) const noexcept {
+    angle_cos_sin<Arch>(s, theta_, count_, c, sn);
+    for (index_t k = 0; k < count_; ++k) {
+      row[k] = static_cast<T>(c[k]);
+      row[count_ + k] = static_cast<T>(sn[k]);
+    }
+  }
+
+  /// Rows of positions s0 … s0 + m − 1 (m ≤ run), row j at rows + j·stride.
+  void fill_run(position_t s0, index_t m, T* rows, index_t stride, double* c, double* sn) const noexcept {
+    if (step_c_.empty()) {
+      for (index_t j = 0; j < m; ++j) fill(s0 + j, rows + j * stride, c, sn);
+      return;
+    }
+    fill(s0, rows, c, sn);
+    for (index_t j = 1; j < m; ++j) {
+      const double* sc = step_c_.data() + j * count_;
+      const double* ss = step_s_.data() + j * count_;
+      T* row = rows + j * stride;
+      for (index_t k = 0; k < count_; ++k) {  // e^{i s0 θ}·e^{i j θ}, auto-vectorised
+        row[k] = static_cast<T>(c[k] * sc[k] - sn[k] * ss[k]);
+        row[count_ + k] = static_cast<T>(sn[k] * sc[k] + c[k] * ss[k]);
+      }
+    }
+  }
+
+ private:
+  /// Largest count with a step table (run·count·16 bytes: 512 KiB at 512).
+  static constexpr index_t max_stepped = 512;
+  const double* theta_;
+  index_t count_;
+  std::vector<double> step_c_, step_s_;  // cos/sin(j·θ_k) at [j·count + k]; float only
+};
 
 }  // namespace simd_detail
 }  // namespace backend

@@ -43,6 +43,7 @@ class simd_workspace {
     row_stats,   ///< m, l, α per query row of a tile (per thread)
     state,       ///< linear attention: S (d_f × d_v) and z
     chunk,       ///< linear attention: one chunk's scaled values / weights
+    encode_table,  ///< simd_encoder: the per-position table of one block of positions
     slot_count
   };
 

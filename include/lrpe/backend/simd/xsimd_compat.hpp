@@ -11,6 +11,7 @@
  * | `compat::common_arch`     | `xsimd::generic`     | `xsimd::common`       |
  * | `compat::gather(p, idx)`  | `batch::gather` (see below) | `batch::gather` |
  * | `compat::scatter(b, p, idx)` | `batch::scatter` (see below) | `batch::scatter` |
+ * | `compat::store_stream(b, p)` | (none: intrinsics) | (none: intrinsics) |
  *
  * Gather/scatter: xsimd 8.1's overload resolution picks its generic lane-by-lane gather (one
  * insert per lane, measured 10× slower than `vgatherdps`) even on AVX-512, so on xsimd < 9 and
@@ -33,7 +34,7 @@
 
 #include <xsimd/xsimd.hpp>
 
-#if defined(__AVX2__) || defined(__AVX512F__)
+#if defined(__SSE2__) || defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
@@ -146,6 +147,61 @@ inline void scatter(const xsimd::batch<T, Arch>& b, T* base, const xsimd::batch<
   }
 }
 
+/**
+ * Non-temporal store of a whole batch to `p`, which must be aligned to the batch's size
+ * (`sizeof(xsimd::batch<T, Arch>)`): the line goes to memory without being read first (no
+ * read-for-ownership) and without displacing the cache. x86 (SSE2, AVX, AVX-512) only; elsewhere
+ * an ordinary aligned store. Call `stream_fence()` before other threads read the data.
+ */
+template <class T, class Arch>
+inline void store_stream(const xsimd::batch<T, Arch>& b, T* p) noexcept {
+#if defined(__AVX512F__)
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
+    if constexpr (std::is_same_v<T, float>) _mm512_stream_ps(p, b);
+    else _mm512_stream_pd(p, b);
+    return;
+  } else
+#endif
+#if defined(__AVX__)
+  if constexpr (std::is_base_of_v<xsimd::avx, Arch>) {
+    if constexpr (std::is_same_v<T, float>) _mm256_stream_ps(p, b);
+    else _mm256_stream_pd(p, b);
+    return;
+  } else
+#endif
+#if defined(__SSE2__)
+  if constexpr (std::is_base_of_v<xsimd::sse2, Arch>) {
+    if constexpr (std::is_same_v<T, float>) _mm_stream_ps(p, b);
+    else _mm_stream_pd(p, b);
+    return;
+  } else
+#endif
+  {
+    b.store_aligned(p);
+  }
+}
+
+/// True when `store_stream` is a real non-temporal store for this arch.
+template <class Arch>
+inline constexpr bool has_stream_store = false
+#if defined(__AVX512F__)
+    || std::is_base_of_v<xsimd::avx512f, Arch>
+#endif
+#if defined(__AVX__)
+    || std::is_base_of_v<xsimd::avx, Arch>
+#endif
+#if defined(__SSE2__)
+    || std::is_base_of_v<xsimd::sse2, Arch>
+#endif
+    ;
+
+/// Orders earlier non-temporal stores before later stores (sfence on x86; nothing elsewhere).
+inline void stream_fence() noexcept {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
 /// True when `transpose_square<T, Arch>` is an in-register shuffle transpose (AVX-512 float).
 template <class T, class Arch>
 inline constexpr bool has_fast_transpose =
@@ -161,7 +217,7 @@ inline constexpr bool has_fast_transpose =
  * elsewhere a scalar transpose through the stack.
  */
 template <class T, class Arch>
-inline void transpose_square(xsimd::batch<T, Arch>* v) noexcept {
+LRPE_ALWAYS_INLINE void transpose_square(xsimd::batch<T, Arch>* v) noexcept {
 #if defined(__AVX512F__)
   if constexpr (has_fast_transpose<T, Arch>) {
     __m512 r[16], t[16];
