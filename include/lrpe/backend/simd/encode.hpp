@@ -294,6 +294,17 @@ class simd_encoder {
     for (index_t r = 0; r < m; ++r) lk.fill(pos[r0 + r], table + r * tw, c, s);
   }
 
+  /// Rows ahead whose input is prefetched: a kernel whose output needs the whole row (a
+  /// Householder P's dot product) keeps few rows in flight, so the hardware prefetchers alone
+  /// left the fused chains memory-latency-bound.
+  static constexpr index_t prefetch_ahead = 8;
+  static void prefetch_row(const matrix_view<const scalar>& x, index_t r, index_t end) noexcept {
+    if (r >= end) return;
+    const char* p = reinterpret_cast<const char*>(x.row(r));
+    const std::size_t bytes = static_cast<std::size_t>(x.cols) * sizeof(scalar);
+    for (std::size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 0);
+  }
+
   /// The output of job `jb` can take non-temporal stores (every full-vector store aligned).
   template <class LK>
   static bool can_stream(const backend::simd_detail::job<scalar>& jb, const LK& lk) noexcept {
@@ -330,11 +341,15 @@ class simd_encoder {
         const auto& jb = jobs[j];
         if (stream && can_stream(jb, lk)) {
           streamed = true;
-          for (index_t r = 0; r < m; ++r)
+          for (index_t r = 0; r < m; ++r) {
+            prefetch_row(jb.x, r0 + r + prefetch_ahead, r0 + m);
             row_fn(std::true_type{}, table + r * tw, jb.x.row(r0 + r), jb.out.row(r0 + r), scratch.data());
+          }
         } else {
-          for (index_t r = 0; r < m; ++r)
+          for (index_t r = 0; r < m; ++r) {
+            prefetch_row(jb.x, r0 + r + prefetch_ahead, r0 + m);
             row_fn(std::false_type{}, table + r * tw, jb.x.row(r0 + r), jb.out.row(r0 + r), scratch.data());
+          }
         }
       }
     }
