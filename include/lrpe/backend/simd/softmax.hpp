@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <numbers>
@@ -191,6 +192,14 @@ inline void pv_rows(const T* p, index_t prs, index_t pcs, const T* alpha, const 
   }
 }
 
+/// Keys k0, k0 + 1, … (bk of them) visible to a query at position s (t ≤ s): a prefix length in
+/// [0, bk], computed without overflow for any positions.
+inline index_t visible_prefix(position_t s, position_t k0, index_t bk) noexcept {
+  if (s < k0) return 0;
+  const std::uint64_t gap = static_cast<std::uint64_t>(s) - static_cast<std::uint64_t>(k0);  // exact: s ≥ k0
+  return gap >= static_cast<std::uint64_t>(bk) ? bk : static_cast<index_t>(gap) + 1;
+}
+
 /// No additive bias (plain content logits).
 struct no_bias {};
 
@@ -250,6 +259,7 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
     q_max = std::max(q_max, qp_local[i]);
   }
   const bool offsets = !p.q_positions.is_array() && !p.k_positions.is_array();
+  const bool k_offsets = !p.k_positions.is_array();
 
   for (index_t jt = 0; jt < sh.tiles; ++jt) {
     const index_t j0 = jt * BK;
@@ -259,7 +269,22 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
     const bool mask = (p.causal && k_max > q_min) || bk < BK;
     const T* kp = sh.kp + jt * d * BK;
 
-    for (index_t i = 0; i < bqp; i += R) qk_micro<R, T, A>(qt + i * d, d, kp, d, st + i * BK, BK);
+    // Per group of R rows: keys visible to some row of the group (a prefix when the key
+    // positions are offsets); 0 skips the group in this tile (every key after every query).
+    index_t group_keys[BQ / R + 1];
+    for (index_t g = 0; g * R < bqp; ++g) {
+      index_t n_vis = bk;
+      if (p.causal && k_max > q_min) {
+        position_t g_max = qp_local[g * R];
+        for (index_t r = 1; r < R; ++r) g_max = std::max(g_max, qp_local[g * R + r]);
+        if (k_min > g_max) n_vis = 0;
+        else if (k_offsets) n_vis = visible_prefix(g_max, p.k_positions[j0], bk);
+      }
+      group_keys[g] = n_vis;
+    }
+
+    for (index_t i = 0; i < bqp; i += R)
+      if (group_keys[i / R] > 0) qk_micro<R, T, A>(qt + i * d, d, kp, d, st + i * BK, BK);
 
     if constexpr (has_bias) {
       if (offsets) {
@@ -287,16 +312,23 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
 
     if (mask) {
       for (index_t i = 0; i < bqp; ++i) {
+        if (group_keys[i / R] == 0) continue;
         T* srow = st + i * BK;
         const position_t s = qp_local[i];
-        for (index_t j = 0; j < BK; ++j) {
-          if (j >= bk || (p.causal && p.k_positions[j0 + j] > s)) srow[j] = neg_inf;
+        if (k_offsets) {  // keys k0 + j: the visible ones are a prefix
+          const index_t cut = p.causal ? visible_prefix(s, p.k_positions[j0], bk) : bk;
+          std::fill(srow + cut, srow + BK, neg_inf);
+        } else {
+          for (index_t j = 0; j < BK; ++j) {
+            if (j >= bk || (p.causal && p.k_positions[j0 + j] > s)) srow[j] = neg_inf;
+          }
         }
       }
     }
 
     // online softmax: m, l, α, P = 2^(S − m)
     for (index_t i = 0; i < bqp; ++i) {
+      if (group_keys[i / R] == 0) continue;  // every entry masked: m, l, O unchanged
       T* srow = st + i * BK;
       B sv[U];
       for (index_t u = 0; u < U; ++u) sv[u] = B::load_aligned(srow + u * W);
@@ -321,7 +353,8 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
     }
 
     const T* vt = sh.vp + j0 * dvp;
-    for (index_t i = 0; i < bqp; i += R) pv_rows<R, T, A>(st + i * BK, BK, 1, alpha + i, vt, dvp, bk, ot + i * dvp);
+    for (index_t i = 0; i < bqp; i += R)  // keys past the group's visible prefix have P = 0: not read
+      if (group_keys[i / R] > 0) pv_rows<R, T, A>(st + i * BK, BK, 1, alpha + i, vt, dvp, group_keys[i / R], ot + i * dvp);
   }
 
   for (index_t i = 0; i < bq; ++i) {
