@@ -294,6 +294,12 @@ class simd_encoder {
     for (index_t r = 0; r < m; ++r) lk.fill(pos[r0 + r], table + r * tw, c, s);
   }
 
+  /// Output bytes of `count` jobs of `rows` rows.
+  double out_bytes(index_t count, index_t rows) const noexcept {
+    return static_cast<double>(count) * static_cast<double>(rows) * static_cast<double>(enc_->feature_dim()) *
+           static_cast<double>(sizeof(scalar));
+  }
+
   /// Rows ahead whose input is prefetched: a kernel whose output needs the whole row (a
   /// Householder P's dot product) keeps few rows in flight, so the hardware prefetchers alone
   /// left the fused chains memory-latency-bound.
@@ -330,9 +336,7 @@ class simd_encoder {
     detail::small_buffer<double> c(lk.angle_count()), s(lk.angle_count());
     detail::small_buffer<scalar> scratch(enc_->dim());
     // Outputs larger than the threshold bypass the cache (no read-for-ownership of each line).
-    const double out_bytes = static_cast<double>(count) * static_cast<double>(rows) *
-                             static_cast<double>(enc_->feature_dim()) * sizeof(scalar);
-    const bool stream = out_bytes >= static_cast<double>(stream_threshold_);
+    const bool stream = out_bytes(count, rows) >= static_cast<double>(stream_threshold_);
     bool streamed = false;
     for (index_t r0 = 0; r0 < rows; r0 += block) {
       const index_t m = std::min(block, rows - r0);
@@ -366,6 +370,8 @@ class simd_encoder {
     // d ≤ 128 here, so a table row is ≤ 1 KiB; blocks are whole groups of `lanes` rows.
     const index_t block = std::max<index_t>(lanes, block_rows(row_bytes, fft_table_bytes) / lanes * lanes);
     detail::small_buffer<double> c(lk.angle_count()), s(lk.angle_count());
+    const bool stream = out_bytes(count, rows) >= static_cast<double>(stream_threshold_);
+    bool streamed = false;
     for (index_t r0 = 0; r0 < rows; r0 += block) {
       const index_t m = std::min(block, rows - r0);
       fill_block(lk, pos, r0, m, table, tw, c.data(), s.data());
@@ -375,11 +381,19 @@ class simd_encoder {
           for (index_t r = 0; r < m; ++r) enc_->encode_features(pos[r0 + r], jb.x.row(r0 + r), jb.out.row(r0 + r));
           continue;
         }
-        for (index_t g = 0; g < m; g += lanes)
-          dft_->apply_rows(jb.x.row(r0 + g), jb.x.row_stride, std::min(lanes, m - g), table + g * tw, tw,
-                           jb.out.row(r0 + g), jb.out.row_stride);
+        if (stream && can_stream(jb, lk)) {
+          streamed = true;
+          for (index_t g = 0; g < m; g += lanes)
+            dft_->template apply_rows<true>(jb.x.row(r0 + g), jb.x.row_stride, std::min(lanes, m - g), table + g * tw,
+                                            tw, jb.out.row(r0 + g), jb.out.row_stride);
+        } else {
+          for (index_t g = 0; g < m; g += lanes)
+            dft_->apply_rows(jb.x.row(r0 + g), jb.x.row_stride, std::min(lanes, m - g), table + g * tw, tw,
+                             jb.out.row(r0 + g), jb.out.row_stride);
+        }
       }
     }
+    if (streamed) backend::compat::stream_fence();
   }
 
   const E* enc_;

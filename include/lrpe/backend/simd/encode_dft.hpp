@@ -70,6 +70,7 @@ class dft_phase_kernel {
    * Encodes m ≤ lanes rows: row r of x at x + r·x_stride, its table row at table + r·table_width,
    * output row at y + r·y_stride (2d features).
    */
+  template <bool Stream = false>
   void apply_rows(const T* x, index_t x_stride, index_t m, const T* table, index_t table_width,
                   T* y, index_t y_stride) const noexcept {
     alignas(64) T re[max_dim * lanes];
@@ -152,7 +153,7 @@ class dft_phase_kernel {
       }
     }
     for (index_t r = 0; r < m; ++r)
-      phase_row(table + r * table_width, rows + r * 2 * d, y + r * y_stride);
+      phase_row<Stream>(table + r * table_width, rows + r * 2 * d, y + r * y_stride);
   }
 
  private:
@@ -160,6 +161,7 @@ class dft_phase_kernel {
   bool fast_transpose() const noexcept { return compat::has_fast_transpose<T, Arch> && d_ % lanes == 0; }
 
   /// y = [Re, Im] of (re + i·im)·e^{iφ}: features ≥ e pass through.
+  template <bool Stream>
   void phase_row(const T* row, const T* z, T* y) const noexcept {
     const index_t e = phase_.e_, d = d_;
     const T* c = row;
@@ -170,8 +172,8 @@ class dft_phase_kernel {
     for (; k + lanes <= e; k += lanes) {
       const b a = b::load_unaligned(zr + k), bb = b::load_unaligned(zi + k);
       const b cv = b::load_unaligned(c + k), sv = b::load_unaligned(s + k);
-      xsimd::fms(a, cv, bb * sv).store_unaligned(y + k);
-      xsimd::fma(a, sv, bb * cv).store_unaligned(y + d + k);
+      store<Stream>(xsimd::fms(a, cv, bb * sv), y + k);
+      store<Stream>(xsimd::fma(a, sv, bb * cv), y + d + k);
     }
     for (; k < e; ++k) {
       y[k] = zr[k] * c[k] - zi[k] * s[k];
