@@ -343,6 +343,18 @@ class simd_encoder {
       fill_block(lk, pos, r0, m, table, tw, c.data(), s.data());
       for (index_t j = 0; j < count; ++j) {
         const auto& jb = jobs[j];
+        if constexpr (pk_type::is_identity && requires { lk.template apply_rows<false>(table, tw, jb.x.data, index_t{}, jb.out.data, index_t{}, m); }) {
+          // Λ alone with a block kernel: one call per (block, matrix).
+          const scalar* x0 = jb.x.row(r0);
+          scalar* y0 = jb.out.row(r0);
+          if (stream && can_stream(jb, lk)) {
+            streamed = true;
+            lk.template apply_rows<true>(table, tw, x0, jb.x.row_stride, y0, jb.out.row_stride, m);
+          } else {
+            lk.template apply_rows<false>(table, tw, x0, jb.x.row_stride, y0, jb.out.row_stride, m);
+          }
+          continue;
+        }
         if (stream && can_stream(jb, lk)) {
           streamed = true;
           for (index_t r = 0; r < m; ++r) {

@@ -350,65 +350,90 @@ struct l_kernel<Arch, lambda::rotation<T>> {
 
   template <bool Stream = false>
   void apply(const entry* row, const T* x, T* y) const noexcept {
+    if (interleaved_) rotate_interleaved<Stream>(row, x, y);
+    else rotate_split<Stream>(row, x, y);
+    copy_row(x + 2 * half_, y + 2 * half_, d_ - 2 * half_);
+  }
+
+  /// `apply` on m rows (x, y rows `xs`, `ys` apart; table rows `tw` apart): the pairing is
+  /// decided once per block, not per row.
+  template <bool Stream = false>
+  void apply_rows(const entry* table, index_t tw, const T* x, index_t xs, T* y, index_t ys, index_t m) const noexcept {
+    const index_t e = 2 * half_;
+    if (interleaved_) {
+      for (index_t r = 0; r < m; ++r) rotate_interleaved<Stream>(table + r * tw, x + r * xs, y + r * ys);
+    } else {
+      for (index_t r = 0; r < m; ++r) rotate_split<Stream>(table + r * tw, x + r * xs, y + r * ys);
+    }
+    if (e < d_)
+      for (index_t r = 0; r < m; ++r) copy_row(x + r * xs + e, y + r * ys + e, d_ - e);
+  }
+
+ private:
+  template <bool Stream>
+  void rotate_interleaved(const entry* row, const T* x, T* y) const noexcept {
     const index_t e = 2 * half_;
     const T* c = row;
     const T* s = row + half_;
-    if (interleaved_) {
-      // y_2k = x_2k c_k − x_2k+1 s_k, y_2k+1 = x_2k+1 c_k + x_2k s_k: the pair swap and the
-      // duplication of c_k, s_k are in-register shuffles; the sign is one xor on the even lanes.
-      const auto swap = xsimd::make_batch_constant<xsimd::batch<as_unsigned_t, Arch>, swap_pairs_mask>();
-      const auto dup = xsimd::make_batch_constant<xsimd::batch<as_unsigned_t, Arch>, dup_lo_mask>();
-      const xsimd::batch<as_unsigned_t, Arch> sign_bits =
-          xsimd::make_batch_constant<xsimd::batch<as_unsigned_t, Arch>, even_sign_mask>();
-      const b neg_even = xsimd::bitwise_cast<b>(sign_bits);
-      index_t i = 0;
+    // y_2k = x_2k c_k − x_2k+1 s_k, y_2k+1 = x_2k+1 c_k + x_2k s_k: the pair swap and the
+    // duplication of c_k, s_k are in-register shuffles; the sign is one xor on the even lanes.
+    const auto swap = xsimd::make_batch_constant<xsimd::batch<as_unsigned_t, Arch>, swap_pairs_mask>();
+    const auto dup = xsimd::make_batch_constant<xsimd::batch<as_unsigned_t, Arch>, dup_lo_mask>();
+    const xsimd::batch<as_unsigned_t, Arch> sign_bits =
+        xsimd::make_batch_constant<xsimd::batch<as_unsigned_t, Arch>, even_sign_mask>();
+    const b neg_even = xsimd::bitwise_cast<b>(sign_bits);
+    index_t i = 0;
 #if defined(__AVX512F__)
-      if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, Arch>) {
-        // The same with cheaper shuffles: an in-lane pair swap (vpermilps), c and s loaded as
-        // 8-wide halves, and fmaddsub for the signs.
-        const __m512i dup_idx = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-        for (; i + 16 <= e; i += 16) {
-          const __m512 xv = _mm512_loadu_ps(x + i);
-          const __m512 xs = _mm512_permute_ps(xv, 0xB1);
-          const __m512 cv = _mm512_permutexvar_ps(dup_idx, _mm512_castps256_ps512(_mm256_loadu_ps(c + i / 2)));
-          const __m512 sv = _mm512_permutexvar_ps(dup_idx, _mm512_castps256_ps512(_mm256_loadu_ps(s + i / 2)));
-          store<Stream>(b(_mm512_fmaddsub_ps(xv, cv, _mm512_mul_ps(xs, sv))), y + i);
-        }
-      }
-#endif
-      for (; i + w <= e; i += w) {  // w is even: a vector never splits a pair
-        const b xv = b::load_unaligned(x + i);
-        const b xs = xsimd::swizzle(xv, swap);
-        const b cv = xsimd::swizzle(b::load_unaligned(c + i / 2), dup);
-        const b sv = xsimd::swizzle(b::load_unaligned(s + i / 2), dup);
-        store<Stream>(xsimd::fma(xv, cv, (xs * sv) ^ neg_even), y + i);
-      }
-      for (; i < e; i += 2) {
-        const T a = x[i], bb = x[i + 1], ck = c[i / 2], sk = s[i / 2];
-        y[i] = a * ck - bb * sk;
-        y[i + 1] = bb * ck + a * sk;
-      }
-    } else {
-      const T* xa = x;
-      const T* xb = x + half_;
-      T* ya = y;
-      T* yb = y + half_;
-      index_t k = 0;
-      for (; k + w <= half_; k += w) {
-        const b a = b::load_unaligned(xa + k), bb = b::load_unaligned(xb + k);
-        const b cv = b::load_unaligned(c + k), sv = b::load_unaligned(s + k);
-        store<Stream>(xsimd::fms(a, cv, bb * sv), ya + k);
-        store<Stream>(xsimd::fma(bb, cv, a * sv), yb + k);
-      }
-      for (; k < half_; ++k) {
-        const T a = xa[k], bb = xb[k];
-        ya[k] = a * c[k] - bb * s[k];
-        yb[k] = bb * c[k] + a * s[k];
+    if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, Arch>) {
+      // The same with cheaper shuffles: an in-lane pair swap (vpermilps), c and s loaded as
+      // 8-wide halves, and fmaddsub for the signs.
+      const __m512i dup_idx = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+      for (; i + 16 <= e; i += 16) {
+        const __m512 xv = _mm512_loadu_ps(x + i);
+        const __m512 xs = _mm512_permute_ps(xv, 0xB1);
+        const __m512 cv = _mm512_permutexvar_ps(dup_idx, _mm512_castps256_ps512(_mm256_loadu_ps(c + i / 2)));
+        const __m512 sv = _mm512_permutexvar_ps(dup_idx, _mm512_castps256_ps512(_mm256_loadu_ps(s + i / 2)));
+        store<Stream>(b(_mm512_fmaddsub_ps(xv, cv, _mm512_mul_ps(xs, sv))), y + i);
       }
     }
-    copy_row(x + e, y + e, d_ - e);
+#endif
+    for (; i + w <= e; i += w) {  // w is even: a vector never splits a pair
+      const b xv = b::load_unaligned(x + i);
+      const b xs = xsimd::swizzle(xv, swap);
+      const b cv = xsimd::swizzle(b::load_unaligned(c + i / 2), dup);
+      const b sv = xsimd::swizzle(b::load_unaligned(s + i / 2), dup);
+      store<Stream>(xsimd::fma(xv, cv, (xs * sv) ^ neg_even), y + i);
+    }
+    for (; i < e; i += 2) {
+      const T a = x[i], bb = x[i + 1], ck = c[i / 2], sk = s[i / 2];
+      y[i] = a * ck - bb * sk;
+      y[i + 1] = bb * ck + a * sk;
+    }
   }
 
+  template <bool Stream>
+  void rotate_split(const entry* row, const T* x, T* y) const noexcept {
+    const T* c = row;
+    const T* s = row + half_;
+    const T* xa = x;
+    const T* xb = x + half_;
+    T* ya = y;
+    T* yb = y + half_;
+    index_t k = 0;
+    for (; k + w <= half_; k += w) {
+      const b a = b::load_unaligned(xa + k), bb = b::load_unaligned(xb + k);
+      const b cv = b::load_unaligned(c + k), sv = b::load_unaligned(s + k);
+      store<Stream>(xsimd::fms(a, cv, bb * sv), ya + k);
+      store<Stream>(xsimd::fma(bb, cv, a * sv), yb + k);
+    }
+    for (; k < half_; ++k) {
+      const T a = xa[k], bb = xb[k];
+      ya[k] = a * c[k] - bb * s[k];
+      yb[k] = bb * c[k] + a * s[k];
+    }
+  }
+
+ public:
   using as_unsigned_t = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
   /// Sign bit set on even lanes.
   struct even_sign_mask {
