@@ -24,8 +24,8 @@
  * per 64 positions (`cos_sin_rows::fill_run`). Outputs of 16 MiB or more are written with
  * non-temporal stores (`set_stream_threshold`). Memory: no heap allocation per call except the
  * kernels' small parameter copies (a permutation's d indices; the d² matrix of a DCT/dense P);
- * the table (≤ 128 KiB) lives in the calling thread's grow-only `simd_workspace`, the scratch
- * row on the stack. Hold a `simd_encoder` to make repeated calls allocation-free.
+ * the table (≤ 128 KiB) and a fused chain's scratch rows live in the calling thread's grow-only
+ * `simd_workspace`. Hold a `simd_encoder` to make repeated calls allocation-free.
  */
 #pragma once
 
@@ -242,17 +242,7 @@ class simd_encoder {
   void run(const backend::simd_detail::job<scalar>* jobs, index_t count, index_t rows, const positions& pos) const {
     if (count == 0 || rows == 0) return;
     if constexpr (has_pl) {
-      run_table(jobs, count, rows, pos, *lk_, [&](auto stream, const auto* tab, const scalar* x, scalar* y, scalar* scratch) {
-        constexpr bool st = decltype(stream)::value;
-        if constexpr (pk_type::is_identity) {
-          lk_->template apply<st>(tab, x, y);
-        } else if constexpr (lk_type::is_identity) {
-          pk_->apply(x, y);
-        } else {
-          pk_->apply(x, scratch);
-          lk_->template apply<st>(tab, scratch, y);
-        }
-      });
+      run_table(jobs, count, rows, pos);
       return;
     } else if constexpr (has_fft) {
       if (dft_) {
@@ -323,18 +313,61 @@ class simd_encoder {
     }
   }
 
-  template <class LK, class RowFn>
-  void run_table(const backend::simd_detail::job<scalar>* jobs, index_t count, index_t rows, const positions& pos,
-                 const LK& lk, RowFn&& row_fn) const {
+  /// Λ on m rows (x rows xs apart, table rows tw apart): the kernel's block loop where it has one.
+  template <bool Stream, class Entry>
+  void lambda_rows(const Entry* table, index_t tw, const scalar* x, index_t xs, scalar* y,
+                   index_t ys, index_t m) const {
+    if constexpr (requires { lk_->template apply_rows<Stream>(table, tw, x, xs, y, ys, m); }) {
+      lk_->template apply_rows<Stream>(table, tw, x, xs, y, ys, m);
+    } else {
+      for (index_t r = 0; r < m; ++r) lk_->template apply<Stream>(table + r * tw, x + r * xs, y + r * ys);
+    }
+  }
+
+  /// One matrix's rows [r0, r0 + m) of a block whose table is filled.
+  template <bool Stream, class Entry>
+  void run_rows(const backend::simd_detail::job<scalar>& jb, index_t r0, index_t m, const Entry* table, index_t tw,
+                scalar* scratch) const {
+    if constexpr (pk_type::is_identity) {
+      lambda_rows<Stream>(table, tw, jb.x.row(r0), jb.x.row_stride, jb.out.row(r0), jb.out.row_stride, m);
+    } else if constexpr (lk_type::is_identity) {
+      for (index_t r = 0; r < m; ++r) {
+        prefetch_row(jb.x, r0 + r + prefetch_ahead, r0 + m);
+        pk_->apply(jb.x.row(r0 + r), jb.out.row(r0 + r));
+      }
+    } else {
+      // P over a sub-block of rows into an L1-resident scratch block, then Λ over it: the rows'
+      // P work (a Householder dot product needs the whole row) overlaps across rows instead of
+      // each row waiting for its own P before its Λ.
+      const index_t d = enc_->dim();
+      for (index_t r = 0; r < m; r += fused_rows) {
+        const index_t cnt = std::min(fused_rows, m - r);
+        for (index_t i = 0; i < cnt; ++i) {
+          prefetch_row(jb.x, r0 + r + i + prefetch_ahead, r0 + m);
+          pk_->apply(jb.x.row(r0 + r + i), scratch + i * d);
+        }
+        lambda_rows<Stream>(table + r * tw, tw, scratch, d, jb.out.row(r0 + r), jb.out.row_stride, cnt);
+      }
+    }
+  }
+
+  /// Rows per P-then-Λ sub-block of a fused chain (scratch: fused_rows × d scalars).
+  static constexpr index_t fused_rows = 16;
+
+  /// Encodes `count` jobs of `rows` rows at positions `pos` through the P and Λ kernels.
+  template <class LK = lk_type>
+  void run_table(const backend::simd_detail::job<scalar>* jobs, index_t count, index_t rows,
+                 const positions& pos) const {
     using entry = typename LK::entry;
+    const LK& lk = *lk_;
     const index_t tw = lk.table_width();
     const std::size_t row_bytes = static_cast<std::size_t>(tw) * sizeof(entry);
     const index_t block = block_rows(row_bytes);
     // The table lives in the calling thread's grow-only workspace: no allocation once warm.
-    entry* table = backend::simd_workspace::this_thread().get<entry>(backend::simd_workspace::encode_table,
-                                                                       std::max<index_t>(1, block * tw));
+    auto& ws = backend::simd_workspace::this_thread();
+    entry* table = ws.get<entry>(backend::simd_workspace::encode_table, std::max<index_t>(1, block * tw));
+    scalar* scratch = ws.get<scalar>(backend::simd_workspace::encode_rows, fused_rows * enc_->dim());
     detail::small_buffer<double> c(lk.angle_count()), s(lk.angle_count());
-    detail::small_buffer<scalar> scratch(enc_->dim());
     // Outputs larger than the threshold bypass the cache (no read-for-ownership of each line).
     const bool stream = out_bytes(count, rows) >= static_cast<double>(stream_threshold_);
     bool streamed = false;
@@ -343,29 +376,11 @@ class simd_encoder {
       fill_block(lk, pos, r0, m, table, tw, c.data(), s.data());
       for (index_t j = 0; j < count; ++j) {
         const auto& jb = jobs[j];
-        if constexpr (pk_type::is_identity && requires { lk.template apply_rows<false>(table, tw, jb.x.data, index_t{}, jb.out.data, index_t{}, m); }) {
-          // Λ alone with a block kernel: one call per (block, matrix).
-          const scalar* x0 = jb.x.row(r0);
-          scalar* y0 = jb.out.row(r0);
-          if (stream && can_stream(jb, lk)) {
-            streamed = true;
-            lk.template apply_rows<true>(table, tw, x0, jb.x.row_stride, y0, jb.out.row_stride, m);
-          } else {
-            lk.template apply_rows<false>(table, tw, x0, jb.x.row_stride, y0, jb.out.row_stride, m);
-          }
-          continue;
-        }
-        if (stream && can_stream(jb, lk)) {
+        if (stream && !LK::is_identity && can_stream(jb, lk)) {
           streamed = true;
-          for (index_t r = 0; r < m; ++r) {
-            prefetch_row(jb.x, r0 + r + prefetch_ahead, r0 + m);
-            row_fn(std::true_type{}, table + r * tw, jb.x.row(r0 + r), jb.out.row(r0 + r), scratch.data());
-          }
+          run_rows<true>(jb, r0, m, table, tw, scratch);
         } else {
-          for (index_t r = 0; r < m; ++r) {
-            prefetch_row(jb.x, r0 + r + prefetch_ahead, r0 + m);
-            row_fn(std::false_type{}, table + r * tw, jb.x.row(r0 + r), jb.out.row(r0 + r), scratch.data());
-          }
+          run_rows<false>(jb, r0, m, table, tw, scratch);
         }
       }
     }

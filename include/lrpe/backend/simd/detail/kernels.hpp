@@ -146,7 +146,7 @@ LRPE_ALWAYS_INLINE void permute_row_registers(const T* x, const index_of_t<T>* i
 #endif
 
 template <bool Stream, class Arch, class T>
-inline void permute_row(const T* x, const index_of_t<T>* idx, T* y, index_t d) noexcept {
+LRPE_ALWAYS_INLINE void permute_row(const T* x, const index_of_t<T>* idx, T* y, index_t d) noexcept {
 #if defined(__AVX512F__)
   if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
     constexpr index_t L = avx512_permute<T>::lanes;
@@ -553,6 +553,11 @@ struct l_kernel<Arch, lambda::permutation_power<T>> {
   template <bool Stream = false>
   void apply(const entry* row, const T* x, T* y) const noexcept {
     permute_row<Stream, Arch>(x, row, y, d_);
+  }
+  /// `apply` on m rows (x, y rows `xs`, `ys` apart; table rows `tw` apart).
+  template <bool Stream = false>
+  void apply_rows(const entry* table, index_t tw, const T* x, index_t xs, T* y, index_t ys, index_t m) const noexcept {
+    for (index_t r = 0; r < m; ++r) permute_row<Stream, Arch>(x + r * xs, table + r * tw, y + r * ys, d_);
   }
 
   index_t d_;
