@@ -158,13 +158,18 @@ void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<c
   // Backend hooks are found by ADL on the backend tag (unqualified calls), so that a backend
   // declared after this header (backend/simd) still provides its overloads.
   using backend::linear_kernel;
+  matrix_view<const T> qf = q, kf = k;
   backend::feature_scratch<T> fs;
-  acquire_feature_scratch(backend, fs, q.rows, k.rows, f);
-  linear_features_kernel(backend, encoding, phi, q, options.q_positions, canonical::side::query, fs.q);
-  linear_features_kernel(backend, encoding, phi, k, options.k_positions, canonical::side::key, fs.k);
-  backend::linear_problem<T> problem{matrix_view<const T>(fs.q), matrix_view<const T>(fs.k), v, out,
-                                     options.q_positions, options.k_positions, options.causal, options.norm,
-                                     options.eps, options.chunk};
+  if constexpr (!(std::is_same_v<Encoding, no_encoding> && std::is_same_v<Phi, feature_maps::identity>)) {
+    // (φ = identity without an encoding: the features are q and k themselves, no copy.)
+    acquire_feature_scratch(backend, fs, q.rows, k.rows, f);
+    linear_features_kernel(backend, encoding, phi, q, options.q_positions, canonical::side::query, fs.q);
+    linear_features_kernel(backend, encoding, phi, k, options.k_positions, canonical::side::key, fs.k);
+    qf = matrix_view<const T>(fs.q);
+    kf = matrix_view<const T>(fs.k);
+  }
+  backend::linear_problem<T> problem{qf, kf, v, out, options.q_positions, options.k_positions, options.causal,
+                                     options.norm, options.eps, options.chunk};
   if (options.causal && state == nullptr) {
     linear_attention_state<T> local(f, v.cols, options.decay);
     linear_kernel(backend, problem, &local);

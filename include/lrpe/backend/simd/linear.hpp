@@ -296,7 +296,18 @@ struct linear_run {
             }
             den[i] += row_sum<T, A>(arow, bk);
           }
-          gemm_rows<T, A>(bq, at, BK, 1, v_rows(j0, j0 + bk, nullptr), dvp, bk, acc);
+          // A·V over each group's visible key prefix (A is 0 past it; keys as offsets), so the
+          // masked upper triangle of the diagonal tile is not multiplied.
+          const T* vb = v_rows(j0, j0 + bk, nullptr);
+          T ones[R];
+          std::fill(ones, ones + R, T(1));
+          for (index_t i = 0; i < bq; i += R) {
+            const index_t rows = std::min(R, bq - i);
+            const index_t nk_g = kp.is_array() ? bk : visible_prefix(qp[i0 + i + rows - 1], kp[j0], bk);
+            if (nk_g == 0) continue;
+            if (rows == R) pv_rows<R, T, A>(at + i * BK, BK, 1, ones, vb, dvp, nk_g, acc + i * dvp);
+            else pv_remainder<R - 1, T, A>(rows, at + i * BK, BK, 1, ones, vb, dvp, nk_g, acc + i * dvp);
+          }
         }
       }
       write(i0, bq, acc, den);
