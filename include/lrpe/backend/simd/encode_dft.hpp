@@ -4,9 +4,12 @@
  *
  * "Vertical" SIMD: lane r of every vector belongs to row r of a group of `lanes` rows, so a
  * radix-2 FFT written as if on scalars runs on all rows at once with no shuffles. Per group:
- * rows are gathered column by column in bit-reversed order and scaled by 1/√d, log₂d
- * decimation-in-time stages run on vectors (twiddles e^{−2πi t/d} from exactly reduced double
- * angles, broadcast), the bins are transposed to a row-major scratch block, and the phase
+ * the real rows are packed as M = d/2 complex values z_n = x_2n + i·x_2n+1 (16×16 in-register
+ * transposes on AVX-512 float, gathers elsewhere), scaled by 1/√d and placed in bit-reversed
+ * order; log₂M decimation-in-time stages run on vectors (twiddles e^{−2πi t/d} from exactly
+ * reduced double angles, broadcast); the d bins follow from the M-point result by the standard
+ * real-input split (X_k = E_k + W_d^k·O_k, X_{d−k} = conj X_k) — half the butterflies of a
+ * d-point complex FFT; the bins are transposed to a row-major scratch block, and the phase
  * e^{i s θ_k} of each row's position (the driver's per-position table) is applied row-wise
  * while writing [Re, Im] to the output. Widths that are not a power of two, or above
  * `max_dim`, take the reference path (docs/backends.md).
@@ -40,12 +43,14 @@ class dft_phase_kernel {
   static constexpr bool supports(index_t d) noexcept { return d >= 2 && d <= max_dim && (d & (d - 1)) == 0; }
 
   dft_phase_kernel(index_t d, const lambda::complex_phase<T>& l) : d_(d), phase_(l) {
-    log2d_ = 0;
-    while ((index_t{1} << log2d_) < d_) ++log2d_;
-    rev_.resize(static_cast<std::size_t>(d_));
-    for (index_t n = 0; n < d_; ++n) {
+    // Bit reversal of the M = d/2-point FFT (real input packed as M complex values).
+    const index_t M = d_ / 2;
+    int log2m = 0;
+    while ((index_t{1} << log2m) < M) ++log2m;
+    rev_.resize(static_cast<std::size_t>(M));
+    for (index_t n = 0; n < M; ++n) {
       index_t r = 0;
-      for (int bit = 0; bit < log2d_; ++bit) r |= ((n >> bit) & 1) << (log2d_ - 1 - bit);
+      for (int bit = 0; bit < log2m; ++bit) r |= ((n >> bit) & 1) << (log2m - 1 - bit);
       rev_[static_cast<std::size_t>(n)] = r;
     }
     tw_re_.resize(static_cast<std::size_t>(d_ / 2));
@@ -78,42 +83,40 @@ class dft_phase_kernel {
     const index_t d = d_;
     const b sc(scale_);
     const b zero(T(0));
+    // Real input: one M = d/2-point complex FFT of z_n = x_2n + i·x_2n+1 (vectorised over
+    // rows), then X_k = E_k + W_d^k·O_k with E_k = (Z_k + conj Z_{M−k})/2,
+    // O_k = −i(Z_k − conj Z_{M−k})/2, and X_{d−k} = conj X_k: half the butterflies of a
+    // d-point transform. z_n lands in (re, im)[revM(n)] (bit-reversed for the in-place FFT).
+    const index_t M = d / 2;
     if (fast_transpose()) {
-      // lanes×lanes tiles of the rows, transposed in registers; column c lands at rev(c).
+      // lanes×lanes tiles of the rows, transposed in registers.
       b v[lanes];
       for (index_t c0 = 0; c0 < d; c0 += lanes) {
         for (index_t r = 0; r < lanes; ++r) v[r] = b::load_unaligned(x + (r < m ? r : 0) * x_stride + c0);
         compat::transpose_square(v);
-        for (index_t j = 0; j < lanes; ++j) (v[j] * sc).store_aligned(re + rev_[static_cast<std::size_t>(c0 + j)] * lanes);
-      }
-      for (index_t n = 0; n < d; n += 2) {  // stage 1: w = 1, imaginary parts 0
-        const b a = b::load_aligned(re + n * lanes), c = b::load_aligned(re + (n + 1) * lanes);
-        (a + c).store_aligned(re + n * lanes);
-        (a - c).store_aligned(re + (n + 1) * lanes);
-        zero.store_aligned(im + n * lanes);
-        zero.store_aligned(im + (n + 1) * lanes);
+        for (index_t j = 0; j < lanes; j += 2) {
+          const index_t slot = rev_[static_cast<std::size_t>((c0 + j) / 2)] * lanes;
+          (v[j] * sc).store_aligned(re + slot);
+          (v[j + 1] * sc).store_aligned(im + slot);
+        }
       }
     } else {
       alignas(64) index_of_t<T> off[lanes];
       for (index_t r = 0; r < lanes; ++r)
         off[r] = static_cast<index_of_t<T>>((r < m ? r : 0) * x_stride);  // idle lanes re-read row 0
       const ib xoff = ib::load_aligned(off);
-      // Gather columns in bit-reversed order; stage 1 (w = 1, imaginary parts 0) fused in.
-      for (index_t n = 0; n < d; n += 2) {
-        const b a = compat::gather(x + rev_[static_cast<std::size_t>(n)], xoff) * sc;
-        const b c = compat::gather(x + rev_[static_cast<std::size_t>(n + 1)], xoff) * sc;
-        (a + c).store_aligned(re + n * lanes);
-        (a - c).store_aligned(re + (n + 1) * lanes);
-        zero.store_aligned(im + n * lanes);
-        zero.store_aligned(im + (n + 1) * lanes);
+      for (index_t n = 0; n < M; ++n) {
+        const index_t slot = rev_[static_cast<std::size_t>(n)] * lanes;
+        (compat::gather(x + 2 * n, xoff) * sc).store_aligned(re + slot);
+        (compat::gather(x + 2 * n + 1, xoff) * sc).store_aligned(im + slot);
       }
     }
-    for (index_t h = 2; h < d; h *= 2) {
-      const index_t step = d / (2 * h);
+    for (index_t h = 1; h < M; h *= 2) {  // radix-2 stages of the M-point FFT
+      const index_t step = d / (2 * h);    // W_{2h}^j = W_d^{j·step}
       for (index_t j = 0; j < h; ++j) {
         const b wr(tw_re_[static_cast<std::size_t>(j * step)]);
         const b wi(tw_im_[static_cast<std::size_t>(j * step)]);
-        for (index_t start = 0; start < d; start += 2 * h) {
+        for (index_t start = 0; start < M; start += 2 * h) {
           T* r0 = re + (start + j) * lanes;
           T* i0 = im + (start + j) * lanes;
           T* r1 = r0 + h * lanes;
@@ -127,6 +130,40 @@ class dft_phase_kernel {
           (ar - br).store_aligned(r1);
           (ai - bi).store_aligned(i1);
         }
+      }
+    }
+    {  // k = 0 and k = M: real bins Re Z_0 ± Im Z_0
+      const b zr = b::load_aligned(re), zi = b::load_aligned(im);
+      (zr + zi).store_aligned(re);
+      zero.store_aligned(im);
+      (zr - zi).store_aligned(re + M * lanes);
+      zero.store_aligned(im + M * lanes);
+    }
+    const b half(T(0.5));
+    // X_k from A = Z_k, B = Z_{M−k}: E = ((A_r + B_r), (A_i − B_i))/2, O = ((A_i + B_i), −(A_r − B_r))/2.
+    const auto bin = [&](const b& ar, const b& ai, const b& br, const b& bi, index_t k, b& xr_out, b& xi_out) {
+      const b er = half * (ar + br), ei = half * (ai - bi);
+      const b orr = half * (ai + bi), oi = half * (br - ar);
+      const b wr(tw_re_[static_cast<std::size_t>(k)]), wi(tw_im_[static_cast<std::size_t>(k)]);
+      xr_out = er + xsimd::fms(wr, orr, wi * oi);
+      xi_out = ei + xsimd::fma(wr, oi, wi * orr);
+    };
+    for (index_t k = 1; k <= M / 2 && M >= 2; ++k) {
+      const index_t k2 = M - k;  // its partner (k2 == k at k = M/2)
+      const b ar = b::load_aligned(re + k * lanes), ai = b::load_aligned(im + k * lanes);
+      const b br = b::load_aligned(re + k2 * lanes), bi = b::load_aligned(im + k2 * lanes);
+      b xr, xi, yr, yi;
+      bin(ar, ai, br, bi, k, xr, xi);
+      bin(br, bi, ar, ai, k2, yr, yi);
+      xr.store_aligned(re + k * lanes);
+      xi.store_aligned(im + k * lanes);
+      xr.store_aligned(re + (d - k) * lanes);  // X_{d−k} = conj X_k
+      (-xi).store_aligned(im + (d - k) * lanes);
+      if (k2 != k) {
+        yr.store_aligned(re + k2 * lanes);
+        yi.store_aligned(im + k2 * lanes);
+        yr.store_aligned(re + (d - k2) * lanes);
+        (-yi).store_aligned(im + (d - k2) * lanes);
       }
     }
     // Bins to a row-major block (row r: re[d], im[d]): in-register transposes where the arch
@@ -186,7 +223,6 @@ class dft_phase_kernel {
   }
 
   index_t d_;
-  int log2d_ = 0;
   l_kernel<Arch, lambda::complex_phase<T>> phase_;
   std::vector<index_t> rev_;
   std::vector<T> tw_re_, tw_im_;
