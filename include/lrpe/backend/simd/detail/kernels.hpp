@@ -3,17 +3,19 @@
  * Internal: the SIMD kernels of each P and Λ policy, one row at a time (docs/backends.md).
  *
  * A P kernel maps a real row to a real row (y = P x). A Λ kernel splits Λ⁽ˢ⁾ into a per-position
- * table (`fill`: cos/sin of s·θ in double, or the gather indices of π^s) and a per-row `apply`
- * that reads one table row; the driver (encode.hpp) fills the table once per position and
- * reuses it for every head, batch entry, and for Q and K. Tables are laid out so that `apply`
- * is a straight-line pass of full vectors over the row plus a scalar tail:
+ * table (`fill`/`fill_run`: cos/sin of s·θ in double, or the indices of π^s) and a per-row
+ * `apply<Stream>` that reads one table row (`apply_rows` where a kernel has a block loop); the
+ * driver (encode.hpp) fills the table once per position and reuses it for every head, batch
+ * entry, and for Q and K. `Stream` = full vectors stored non-temporally (the driver checks
+ * alignment through `stream_layout_ok`). Tables are laid out so that `apply` is a straight-line
+ * pass of full vectors over the row plus a scalar tail:
  *
  * | Λ | table row (T unless noted) | apply |
  * |---|---|---|
- * | rotation, interleaved | C₂[e] = (c₀,c₀,c₁,c₁,…), S₂[e] = (−s₀,s₀,−s₁,s₁,…) | y = x·C₂ + swap_pairs(x)·S₂ |
- * | rotation, split-half  | C[e/2], S[e/2] | y_a = a·C − b·S, y_b = b·C + a·S (two contiguous halves) |
+ * | rotation, interleaved | C[e/2], S[e/2] (+ w − 1 pad) | y = fmaddsub(x, dup(C), swap_pairs(x)·dup(S)) |
+ * | rotation, split-half  | C[e/2], S[e/2] (+ w − 1 pad) | y_a = a·C − b·S, y_b = b·C + a·S (two contiguous halves) |
  * | complex phase, real P | C[e], S[e] | Re = x·C, Im = x·S |
- * | permutation power     | idx[d] (int32 / int64) = π^s(j) | y = gather(x, idx) |
+ * | permutation power     | idx[d] (int32 / int64) = π^s(j) | y = permute_row(x, idx) |
  * | identity              | none | copy |
  *
  * Primary templates are the fallbacks: a P without a kernel is applied by its own (scalar)
