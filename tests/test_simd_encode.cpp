@@ -154,6 +154,11 @@ TEST_CASE_TEMPLATE("simd: partial rotary, custom θ, LRPE cosine and fused P·Λ
       check(lrpe::encoder(lrpe::p::householder<T>::seeded(d, 3),
                           lrpe::lambda::rotation<T>(d, lrpe::freq::theta_c(rot, 512.0), lrpe::pairing::split_half)),
             "householder x split-half theta_c");
+      // odd-even P before interleaved rotation (Types 5/6) is folded into one pass for even d:
+      // full and partial rotary (pass-through features of Px after the rotated pairs)
+      check(lrpe::encoder(lrpe::p::odd_even<T>(d), lrpe::lambda::rotation<T>(d, lrpe::freq::theta_a(rot))),
+            "odd-even x interleaved rotation, partial");
+      check(lrpe::type6<T>(d), "type6 (odd-even x rotation, full)");
     }
     const index_t e_phase = 1 + static_cast<index_t>(g.below(static_cast<std::uint64_t>(d)));
     CHECK(check(lrpe::encoder(lrpe::p::identity<T>(d), lrpe::lambda::complex_phase<T>(d)), "LRPE cosine") ==

@@ -337,10 +337,17 @@ class simd_encoder {
         pk_->apply(jb.x.row(r0 + r), jb.out.row(r0 + r));
       }
     } else {
+      const index_t d = enc_->dim();
+      if constexpr (std::is_same_v<p_type, p::odd_even<scalar>> && std::is_same_v<lambda_type, lambda::rotation<scalar>>) {
+        if (lk_->folds_odd_even(d)) {  // Types 5/6: P folded into the rotation, one pass
+          lk_->template apply_rows_odd_even<Stream>(table, tw, jb.x.row(r0), jb.x.row_stride, jb.out.row(r0),
+                                                    jb.out.row_stride, m);
+          return;
+        }
+      }
       // P over a sub-block of rows into an L1-resident scratch block, then Λ over it: the rows'
       // P work (a Householder dot product needs the whole row) overlaps across rows instead of
       // each row waiting for its own P before its Λ.
-      const index_t d = enc_->dim();
       for (index_t r = 0; r < m; r += fused_rows) {
         const index_t cnt = std::min(fused_rows, m - r);
         for (index_t i = 0; i < cnt; ++i) {

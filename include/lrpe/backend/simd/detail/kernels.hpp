@@ -371,6 +371,56 @@ struct l_kernel<Arch, lambda::rotation<T>> {
       for (index_t r = 0; r < m; ++r) copy_row(x + r * xs + e, y + r * ys + e, d_ - e);
   }
 
+  /// True when `apply_rows_odd_even` runs for width d: interleaved pairs, d even, AVX-512 float.
+  [[nodiscard]] bool folds_odd_even(index_t d) const noexcept {
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, Arch>)
+      return interleaved_ && d == d_ && d % 2 == 0;
+#endif
+    return false;
+  }
+
+  /**
+   * Λ(Px) for P = the odd-even permutation (out[2k] = x[k], out[2k+1] = x[h+k], h = d/2) in one
+   * pass, without forming Px: interleaved rotation of (x[k], x[h+k]) is split-half rotation of
+   * the two halves with its outputs interleaved (one two-source permute per output vector,
+   * instead of the gather of P plus the three shuffles of the interleaved kernel). Only where
+   * `folds_odd_even(d)`.
+   */
+  template <bool Stream = false>
+  void apply_rows_odd_even(const entry* table, index_t tw, const T* x, index_t xs, T* y, index_t ys,
+                           index_t m) const noexcept {
+    const index_t h = d_ / 2, e = 2 * half_;
+    for (index_t r = 0; r < m; ++r) {
+      const T* c = table + r * tw;
+      const T* s = c + half_;
+      const T* xa = x + r * xs;
+      const T* xb = xa + h;
+      T* out = y + r * ys;
+      index_t k = 0;
+#if defined(__AVX512F__)
+      if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, Arch>) {
+        const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+        const __m512i hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+        for (; k + 16 <= half_; k += 16) {
+          const __m512 a = _mm512_loadu_ps(xa + k), bb = _mm512_loadu_ps(xb + k);
+          const __m512 cv = _mm512_loadu_ps(c + k), sv = _mm512_loadu_ps(s + k);
+          const __m512 ya = _mm512_fmsub_ps(a, cv, _mm512_mul_ps(bb, sv));
+          const __m512 yb = _mm512_fmadd_ps(bb, cv, _mm512_mul_ps(a, sv));
+          store<Stream>(b(_mm512_permutex2var_ps(ya, lo, yb)), out + 2 * k);
+          store<Stream>(b(_mm512_permutex2var_ps(ya, hi, yb)), out + 2 * k + 16);
+        }
+      }
+#endif
+      for (; k < half_; ++k) {
+        const T a = xa[k], bb = xb[k];
+        out[2 * k] = a * c[k] - bb * s[k];
+        out[2 * k + 1] = bb * c[k] + a * s[k];
+      }
+      for (index_t j = e; j < d_; ++j) out[j] = (j % 2 == 0) ? xa[j / 2] : xb[j / 2];  // pass-through of Px
+    }
+  }
+
  private:
   template <bool Stream>
   void rotate_interleaved(const entry* row, const T* x, T* y) const noexcept {
