@@ -60,37 +60,6 @@ void gemm_rows(index_t rows, const T* p, index_t prs, index_t pcs, const T* v, i
   if (i < rows) pv_remainder<R - 1, T, A>(rows - i, p + i * prs, prs, pcs, ones, v, dvp, nk, o + i * dvp);
 }
 
-/// Σ_c a[c]·b[c] with vector FMAs (two accumulators) and one horizontal sum: a scalar loop is
-/// one serial chain of n FMA latencies (float sums are not reassociated by the compiler).
-template <class T, class A>
-inline T row_dot(const T* a, const T* b, index_t n) noexcept {
-  using B = xsimd::batch<T, A>;
-  constexpr index_t W = static_cast<index_t>(B::size);
-  B s0(T(0)), s1(T(0));
-  index_t c = 0;
-  for (; c + 2 * W <= n; c += 2 * W) {
-    s0 = xsimd::fma(B::load_unaligned(a + c), B::load_unaligned(b + c), s0);
-    s1 = xsimd::fma(B::load_unaligned(a + c + W), B::load_unaligned(b + c + W), s1);
-  }
-  for (; c + W <= n; c += W) s0 = xsimd::fma(B::load_unaligned(a + c), B::load_unaligned(b + c), s0);
-  T s = compat::reduce_add(s0 + s1);
-  for (; c < n; ++c) s += a[c] * b[c];
-  return s;
-}
-
-/// Σ_c a[c], vectorised as `row_dot`.
-template <class T, class A>
-inline T row_sum(const T* a, index_t n) noexcept {
-  using B = xsimd::batch<T, A>;
-  constexpr index_t W = static_cast<index_t>(B::size);
-  B s0(T(0));
-  index_t c = 0;
-  for (; c + W <= n; c += W) s0 += B::load_unaligned(a + c);
-  T s = compat::reduce_add(s0);
-  for (; c < n; ++c) s += a[c];
-  return s;
-}
-
 /// λ^Δ for Δ ≥ 0 (1 without decay), in double as the reference.
 inline double decay_pow(double lambda, position_t delta) noexcept {
   return lambda == 1.0 || delta == 0 ? 1.0 : std::pow(lambda, static_cast<double>(delta));

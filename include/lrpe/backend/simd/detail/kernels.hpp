@@ -166,6 +166,37 @@ LRPE_ALWAYS_INLINE void permute_row(const T* x, const index_of_t<T>* idx, T* y, 
   for (; j < d; ++j) y[j] = x[idx[j]];
 }
 
+/// Σ_c a[c]·b[c] with vector FMAs (two accumulators) and one horizontal sum: a scalar loop is
+/// one serial chain of n FMA latencies (float sums are not reassociated by the compiler).
+template <class T, class A>
+inline T row_dot(const T* a, const T* b, index_t n) noexcept {
+  using B = xsimd::batch<T, A>;
+  constexpr index_t W = static_cast<index_t>(B::size);
+  B s0(T(0)), s1(T(0));
+  index_t c = 0;
+  for (; c + 2 * W <= n; c += 2 * W) {
+    s0 = xsimd::fma(B::load_unaligned(a + c), B::load_unaligned(b + c), s0);
+    s1 = xsimd::fma(B::load_unaligned(a + c + W), B::load_unaligned(b + c + W), s1);
+  }
+  for (; c + W <= n; c += W) s0 = xsimd::fma(B::load_unaligned(a + c), B::load_unaligned(b + c), s0);
+  T s = compat::reduce_add(s0 + s1);
+  for (; c < n; ++c) s += a[c] * b[c];
+  return s;
+}
+
+/// Σ_c a[c], vectorised as `row_dot`.
+template <class T, class A>
+inline T row_sum(const T* a, index_t n) noexcept {
+  using B = xsimd::batch<T, A>;
+  constexpr index_t W = static_cast<index_t>(B::size);
+  B s0(T(0));
+  index_t c = 0;
+  for (; c + W <= n; c += W) s0 += B::load_unaligned(a + c);
+  T s = compat::reduce_add(s0);
+  for (; c < n; ++c) s += a[c];
+  return s;
+}
+
 // ============================================================================ P kernels
 
 /// Fallback: P's own `apply` (scalar). Only real P reaches here (complex P: reference path).
@@ -197,18 +228,9 @@ struct p_kernel<Arch, p::householder<T>> {
   static constexpr bool is_identity = false;
   explicit p_kernel(const p::householder<T>& p) : v_(p.vector().data()), d_(p.dim()) {}
   void apply(const T* x, T* y) const noexcept {
-    b acc0(T(0)), acc1(T(0));
-    index_t i = 0;
-    for (; i + 2 * w <= d_; i += 2 * w) {
-      acc0 = xsimd::fma(b::load_unaligned(x + i), b::load_unaligned(v_ + i), acc0);
-      acc1 = xsimd::fma(b::load_unaligned(x + i + w), b::load_unaligned(v_ + i + w), acc1);
-    }
-    for (; i + w <= d_; i += w) acc0 = xsimd::fma(b::load_unaligned(x + i), b::load_unaligned(v_ + i), acc0);
-    T dot = compat::reduce_add(acc0 + acc1);
-    for (; i < d_; ++i) dot += x[i] * v_[i];
-    const T m2 = T(-2) * dot;
+    const T m2 = T(-2) * row_dot<T, Arch>(x, v_, d_);
     const b vm2(m2);
-    i = 0;
+    index_t i = 0;
     for (; i + w <= d_; i += w)
       xsimd::fma(vm2, b::load_unaligned(v_ + i), b::load_unaligned(x + i)).store_unaligned(y + i);
     for (; i < d_; ++i) y[i] = x[i] + m2 * v_[i];
