@@ -95,7 +95,6 @@ class cos_sin_rows {
   }
 
   [[nodiscard]] index_t count() const noexcept { return count_; }
-  [[nodiscard]] const double* frequencies() const noexcept { return theta_; }
 
   /// Row of position s (scratch c, sn: count() doubles each).
   void fill(position_t s, T* row, double* c, double* sn) const noexcept {

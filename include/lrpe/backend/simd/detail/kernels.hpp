@@ -325,17 +325,10 @@ struct l_kernel<Arch, lambda::identity<T>> {
   [[nodiscard]] index_t angle_count() const noexcept { return 0; }
   [[nodiscard]] bool stream_layout_ok() const noexcept { return true; }
   void fill(position_t, entry*, double*, double*) const noexcept {}
+  /// (The driver never streams an identity Λ: `Stream` is accepted and ignored.)
   template <bool Stream = false>
   void apply(const entry*, const T* x, T* y) const noexcept {
-    if constexpr (Stream) {
-      using b = xsimd::batch<T, Arch>;
-      constexpr index_t w = static_cast<index_t>(b::size);
-      index_t j = 0;
-      for (; j + w <= d_; j += w) store<true>(b::load_unaligned(x + j), y + j);
-      copy_row(x + j, y + j, d_ - j);
-    } else {
-      copy_row(x, y, d_);
-    }
+    copy_row(x, y, d_);
   }
   index_t d_;
 };
