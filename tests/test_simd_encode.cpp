@@ -154,6 +154,10 @@ TEST_CASE_TEMPLATE("simd: partial rotary, custom θ, LRPE cosine and fused P·Λ
       check(lrpe::encoder(lrpe::p::householder<T>::seeded(d, 3),
                           lrpe::lambda::rotation<T>(d, lrpe::freq::theta_c(rot, 512.0), lrpe::pairing::split_half)),
             "householder x split-half theta_c");
+      // Householder as a row map of the rotation: pass-through features after the pairs are
+      // mapped too
+      check(lrpe::encoder(lrpe::p::householder<T>::seeded(d, 4), lrpe::lambda::rotation<T>(d, lrpe::freq::theta_a(rot))),
+            "householder x interleaved, partial");
       // odd-even P before interleaved rotation (Types 5/6) is folded into one pass for even d:
       // full and partial rotary (pass-through features of Px after the rotated pairs)
       check(lrpe::encoder(lrpe::p::odd_even<T>(d), lrpe::lambda::rotation<T>(d, lrpe::freq::theta_a(rot))),
@@ -268,7 +272,9 @@ TEST_CASE_TEMPLATE("simd encode_qk: BNSH / BSNH, shared and separate Q/K positio
       const lrpe::rope_gptj<T> gptj(d);
       const lrpe::type8<T> t8(64);
       const lrpe::type4<T> t4(d);
+      const lrpe::type1<T> t1(d);
       CHECK(run(neox, bsnh, 19, 19, 0, 0) <= tol<T>(d));                  // shared table
+      CHECK(run(t1, bsnh, 37, 37, 3, 3) <= tol<T>(d));                    // Householder row map, strided groups
       CHECK(run(gptj, bsnh, 19, 19, 100, 0) <= tol<T>(d));                // same length, other positions
       CHECK(run(gptj, bsnh, 1, 33, 32, 0) <= tol<T>(d));                  // decode step vs cache
       CHECK(run(t4, bsnh, 7, 7, arr, arr) <= tol<T>(d));                  // shared array

@@ -46,8 +46,11 @@ using position_t = std::int64_t;
 
 /// Forces inlining of small kernel helpers whose arguments are register arrays (GCC and Clang:
 /// an out-of-line call spills them through memory; measured 2× slower on the Type 8 FFT path).
+/// `LRPE_ALWAYS_INLINE_LAMBDA` is the same for a lambda (after its parameter list).
 #if defined(__GNUC__) || defined(__clang__)
 #define LRPE_ALWAYS_INLINE inline __attribute__((always_inline))
+#define LRPE_ALWAYS_INLINE_LAMBDA __attribute__((always_inline))
 #else
 #define LRPE_ALWAYS_INLINE inline
+#define LRPE_ALWAYS_INLINE_LAMBDA
 #endif

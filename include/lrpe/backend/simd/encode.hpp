@@ -290,16 +290,12 @@ class simd_encoder {
            static_cast<double>(sizeof(scalar));
   }
 
-  /// Rows ahead whose input is prefetched on the P paths: a kernel whose output needs the whole
-  /// row (a Householder P's dot product) keeps few rows in flight, so the hardware prefetchers
-  /// alone left the fused chains memory-latency-bound (24 rows = 6 KiB at d = 64 float measured
-  /// ~10 % faster than 8 on type1 at n = 8192).
+  /// Rows ahead whose input is prefetched on the P-into-scratch paths (a permutation or dense
+  /// P; a Householder P prefetches in its own row-map loop, kernels.hpp): 24 rows = 6 KiB at
+  /// d = 64 float measured ~10 % faster than 8 when this path also ran Householder chains.
   static constexpr index_t prefetch_ahead = 24;
   static void prefetch_row(const matrix_view<const scalar>& x, index_t r, index_t end) noexcept {
-    if (r >= end) return;
-    const char* p = reinterpret_cast<const char*>(x.row(r));
-    const std::size_t bytes = static_cast<std::size_t>(x.cols) * sizeof(scalar);
-    for (std::size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 0);
+    if (r < end) backend::simd_detail::prefetch_row(x.row(r), x.cols);
   }
 
   /// The output of job `jb` can take non-temporal stores (every full-vector store aligned).
@@ -345,9 +341,16 @@ class simd_encoder {
           return;
         }
       }
-      // P over a sub-block of rows into an L1-resident scratch block, then Λ over it: the rows'
-      // P work (a Householder dot product needs the whole row) overlaps across rows instead of
-      // each row waiting for its own P before its Λ.
+      if constexpr (requires { pk_type::row_map; }) {
+        if constexpr (requires { lk_->template apply_rows<Stream>(table, tw, jb.x.row(0), index_t{}, jb.out.row(0),
+                                                                  index_t{}, m, *pk_); }) {
+          // P of the form x + μ(x)·v (Householder) is applied by Λ as it loads each row.
+          lk_->template apply_rows<Stream>(table, tw, jb.x.row(r0), jb.x.row_stride, jb.out.row(r0),
+                                           jb.out.row_stride, m, *pk_);
+          return;
+        }
+      }
+      // Other P: over a sub-block of rows into an L1-resident scratch block, then Λ over it.
       for (index_t r = 0; r < m; r += fused_rows) {
         const index_t cnt = std::min(fused_rows, m - r);
         for (index_t i = 0; i < cnt; ++i) {

@@ -12,6 +12,13 @@
  * | `compat::gather(p, idx)`  | `batch::gather` (see below) | `batch::gather` |
  * | `compat::scatter(b, p, idx)` | `batch::scatter` (see below) | `batch::scatter` |
  * | `compat::store_stream(b, p)` | (none: intrinsics) | (none: intrinsics) |
+ * | `compat::haddp(rows)`     | `xsimd::haddp` (see below) | `xsimd::haddp` |
+ *
+ * haddp (lane r = Σ rows[r]): xsimd 8.1's AVX-512 float version returns lanes 2–5 and 10–13
+ * in the wrong order (lane 2 holds Σ rows[4], …; checked by test_simd_compat), so on AVX-512
+ * float the compat version is a transpose-and-add tree of its own (30 shuffles and 15 adds for
+ * 16 rows), and xsimd's everywhere else (its SSE, AVX, AVX2 and AVX-512 double versions are
+ * right).
  *
  * Gather/scatter: xsimd 8.1's overload resolution picks its generic lane-by-lane gather (one
  * insert per lane, measured 10× slower than `vgatherdps`) even on AVX-512, so on xsimd < 9 and
@@ -79,6 +86,33 @@ inline T reduce_add(const xsimd::batch<T, Arch>& b) noexcept {
 #else
   return xsimd::hadd(b);
 #endif
+}
+
+/// Lane r = Σ_i rows[r][i], for the batch::size batches at `rows` (see the file comment).
+template <class T, class Arch>
+LRPE_ALWAYS_INLINE xsimd::batch<T, Arch> haddp(const xsimd::batch<T, Arch>* rows) noexcept {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, Arch>) {
+    // 16 → 8: per 128-bit chunk, [a0+a2, b0+b2, a1+a3, b1+b3] for the row pair (a, b).
+    __m512 t[8];
+    for (int k = 0; k < 8; ++k) {
+      const __m512 a = rows[2 * k], b = rows[2 * k + 1];
+      t[k] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    }
+    // 8 → 4: per chunk, the four rows 4k … 4k + 3 summed over the chunk.
+    __m512 u[4];
+    for (int k = 0; k < 4; ++k)
+      u[k] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * k], t[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                           _mm512_shuffle_ps(t[2 * k], t[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    // 4 → 2 → 1: chunks summed pairwise across vectors; chunk q of the result = rows 4q … 4q + 3.
+    const auto fold = [](__m512 a, __m512 b) LRPE_ALWAYS_INLINE_LAMBDA {
+      return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                           _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+    };
+    return fold(fold(u[0], u[1]), fold(u[2], u[3]));
+  }
+#endif
+  return xsimd::haddp(rows);
 }
 
 /// Horizontal maximum of all lanes.

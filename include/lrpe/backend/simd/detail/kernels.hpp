@@ -78,6 +78,68 @@ inline void store(const xsimd::batch<T, Arch>& v, T* p) noexcept {
   else v.store_unaligned(p);
 }
 
+// ============================================================================ row maps
+
+/**
+ * A row map is a P of the form P x = x + μ(x)·v (μ a scalar per row) that a Λ kernel applies
+ * as it loads each row, so that Λ never reads a P-transformed copy: x is read once, into
+ * registers, as for P = I. `begin_rows(x, xs, cnt, st)` computes the states (μ) of up to
+ * `rows_per_begin` rows at once (a Householder map sums `rows_per_begin` dot products with
+ * one parallel horizontal add); `map(st, j, xv)` maps the vector of features j … j + w − 1
+ * and `map1(st, j, x_j)` one feature. `for_each_mapped_row` drives it. `identity_map` is
+ * P = I: every call compiles away.
+ */
+template <class Arch, class T>
+struct identity_map {
+  using b = xsimd::batch<T, Arch>;
+  static constexpr bool trivial = true;
+  static constexpr index_t rows_per_begin = 1;
+  struct row_state {};
+  LRPE_ALWAYS_INLINE void begin_rows(const T*, index_t, index_t, row_state*) const noexcept {}
+  LRPE_ALWAYS_INLINE b map(row_state, index_t, b x) const noexcept { return x; }
+  LRPE_ALWAYS_INLINE T map1(row_state, index_t, T x) const noexcept { return x; }
+};
+
+/// Rows ahead of the one being mapped whose input is prefetched: a row's Λ waits for its μ (a
+/// dot product over the whole row), so fewer loads are in flight than for P = I and the
+/// hardware prefetchers alone left Householder·rotation memory-latency-bound (n = 8192, 16
+/// heads: 1.5× RoPE without, 1.2–1.35× with 32 rows = 8 KiB at d = 64 float; 16 and 48 were
+/// no better).
+inline constexpr index_t mapped_prefetch_rows = 32;
+
+/// Prefetches the `n` elements of one input row for a single use (non-temporal hint).
+template <class T>
+LRPE_ALWAYS_INLINE void prefetch_row(const T* p, index_t n) noexcept {
+  const char* c = reinterpret_cast<const char*>(p);
+  const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(T);
+  for (std::size_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 0);
+}
+
+/// f(r, state of row r) for the m rows of x (d features, rows xs apart), states computed a
+/// group at a time, inputs prefetched `mapped_prefetch_rows` ahead.
+template <class Map, class T, class F>
+LRPE_ALWAYS_INLINE void for_each_mapped_row(const Map& map, const T* x, index_t xs, index_t d, index_t m, F&& f) {
+  constexpr index_t g = Map::rows_per_begin;
+  typename Map::row_state st[g];
+  for (index_t r0 = 0; r0 < m; r0 += g) {
+    const index_t cnt = std::min(g, m - r0);
+    map.begin_rows(x + r0 * xs, xs, cnt, st);
+    for (index_t r = 0; r < cnt; ++r) {
+      if (r0 + r + mapped_prefetch_rows < m) prefetch_row(x + (r0 + r + mapped_prefetch_rows) * xs, d);
+      f(r0 + r, st[r]);
+    }
+  }
+}
+
+/// Features [from, d) of row x, mapped, into y (the pass-through tail of a partial Λ).
+template <class Map, class T>
+LRPE_ALWAYS_INLINE void map_copy(const Map& map, const typename Map::row_state& st, const T* x, T* y, index_t from,
+                                 index_t d) noexcept {
+  if constexpr (Map::trivial) copy_row(x + from, y + from, d - from);
+  else
+    for (index_t j = from; j < d; ++j) y[j] = map.map1(st, j, x[j]);
+}
+
 /**
  * y[j] = x[idx[j]] for j < d (0 ≤ idx[j] < d): the row permutation of permutation P and of
  * permutation powers.
@@ -126,15 +188,30 @@ struct avx512_permute<double> {
 };
 
 /// The register permute with `Pairs` pairs of input vectors (d ≤ 2·Pairs·lanes).
-template <int Pairs, bool Stream, class Arch, class T>
-LRPE_ALWAYS_INLINE void permute_row_registers(const T* x, const index_of_t<T>* idx, T* y, index_t d) noexcept {
+/// With a row map, the row is mapped as it is loaded: y[j] = (P x)[idx[j]].
+template <int Pairs, bool Stream, class Arch, class T, class Map = identity_map<Arch, T>>
+LRPE_ALWAYS_INLINE void permute_row_registers(const T* x, const index_of_t<T>* idx, T* y, index_t d,
+                                              const Map& map = {}, typename Map::row_state st = {}) noexcept {
   using ops = avx512_permute<T>;
   using b = xsimd::batch<T, Arch>;
   constexpr index_t L = ops::lanes;
   typename ops::reg v[2 * Pairs];
+  // Fully unrolled, or v[] lives on the stack (GCC stops unrolling this loop once the row map
+  // makes its body longer: measured 1.5× slower).
+#pragma GCC unroll 8
   for (int i = 0; i < 2 * Pairs; ++i) {
     const index_t left = d - i * L;
-    v[i] = left > 0 ? ops::load(x + i * L, left) : typename ops::reg{};
+    if constexpr (Map::trivial) {
+      v[i] = left > 0 ? ops::load(x + i * L, left) : typename ops::reg{};
+    } else if (left >= L) {
+      v[i] = map.map(st, i * L, b(ops::load(x + i * L, L)));
+    } else if (left > 0) {  // partial vector: mapped feature by feature
+      alignas(sizeof(b)) T part[L] = {};
+      for (index_t j = 0; j < left; ++j) part[j] = map.map1(st, i * L + j, x[i * L + j]);
+      v[i] = ops::load(part, L);
+    } else {
+      v[i] = typename ops::reg{};
+    }
   }
   for (index_t j = 0; j < d; j += L) {
     const index_t n = std::min<index_t>(L, d - j);
@@ -147,17 +224,22 @@ LRPE_ALWAYS_INLINE void permute_row_registers(const T* x, const index_of_t<T>* i
 }
 #endif
 
-template <bool Stream, class Arch, class T>
-LRPE_ALWAYS_INLINE void permute_row(const T* x, const index_of_t<T>* idx, T* y, index_t d) noexcept {
+template <bool Stream, class Arch, class T, class Map = identity_map<Arch, T>>
+LRPE_ALWAYS_INLINE void permute_row(const T* x, const index_of_t<T>* idx, T* y, index_t d, const Map& map = {},
+                                    typename Map::row_state st = {}) noexcept {
 #if defined(__AVX512F__)
   if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
     constexpr index_t L = avx512_permute<T>::lanes;
-    if (d <= 2 * L) return permute_row_registers<1, Stream, Arch>(x, idx, y, d);
-    if (d <= 4 * L) return permute_row_registers<2, Stream, Arch>(x, idx, y, d);
-    if (d <= 6 * L) return permute_row_registers<3, Stream, Arch>(x, idx, y, d);
-    if (d <= 8 * L) return permute_row_registers<4, Stream, Arch>(x, idx, y, d);
+    if (d <= 2 * L) return permute_row_registers<1, Stream, Arch>(x, idx, y, d, map, st);
+    if (d <= 4 * L) return permute_row_registers<2, Stream, Arch>(x, idx, y, d, map, st);
+    if (d <= 6 * L) return permute_row_registers<3, Stream, Arch>(x, idx, y, d, map, st);
+    if (d <= 8 * L) return permute_row_registers<4, Stream, Arch>(x, idx, y, d, map, st);
   }
 #endif
+  if constexpr (!Map::trivial) {  // gathers of a mapped row: feature by feature
+    for (index_t j = 0; j < d; ++j) y[j] = map.map1(st, idx[j], x[idx[j]]);
+    return;
+  }
   using b = xsimd::batch<T, Arch>;
   using ib = xsimd::batch<index_of_t<T>, Arch>;
   constexpr index_t w = static_cast<index_t>(b::size);
@@ -235,6 +317,45 @@ struct p_kernel<Arch, p::householder<T>> {
       xsimd::fma(vm2, b::load_unaligned(v_ + i), b::load_unaligned(x + i)).store_unaligned(y + i);
     for (; i < d_; ++i) y[i] = x[i] + m2 * v_[i];
   }
+
+  /// As a row map (μ = −2 v·x): Λ applies P while it loads the row.
+  static constexpr bool row_map = true;
+  static constexpr bool trivial = false;
+  static constexpr index_t rows_per_begin = w;
+  struct row_state {
+    T mu;
+  };
+  /// μ of `cnt` ≤ w rows. A whole group of w accumulates its w dot products side by side and
+  /// sums them with one `compat::haddp` (a transpose-and-add tree: about 2 shuffles per row,
+  /// against 6–7 for a horizontal sum and broadcast per row: the shuffle port is what the
+  /// rotation kernels already saturate).
+  LRPE_ALWAYS_INLINE void begin_rows(const T* x, index_t xs, index_t cnt, row_state* st) const noexcept {
+    if (cnt < w) {
+      for (index_t r = 0; r < cnt; ++r) st[r].mu = T(-2) * row_dot<T, Arch>(x + r * xs, v_, d_);
+      return;
+    }
+    b acc[w];
+#pragma GCC unroll 16
+    for (index_t r = 0; r < w; ++r) acc[r] = b(T(0));
+    index_t i = 0;
+    for (; i + w <= d_; i += w) {
+      const b vv = b::load_unaligned(v_ + i);
+#pragma GCC unroll 16
+      for (index_t r = 0; r < w; ++r) acc[r] = xsimd::fma(b::load_unaligned(x + r * xs + i), vv, acc[r]);
+    }
+    alignas(sizeof(b)) T dots[w];
+    compat::haddp(acc).store_aligned(dots);
+    for (index_t r = 0; r < w; ++r) {
+      T tail = 0;
+      for (index_t c = i; c < d_; ++c) tail += x[r * xs + c] * v_[c];
+      st[r].mu = T(-2) * (dots[r] + tail);
+    }
+  }
+  LRPE_ALWAYS_INLINE b map(const row_state& st, index_t j, b x) const noexcept {
+    return xsimd::fma(b(st.mu), b::load_unaligned(v_ + j), x);
+  }
+  LRPE_ALWAYS_INLINE T map1(const row_state& st, index_t j, T x) const noexcept { return x + st.mu * v_[j]; }
+
   const T* v_;
   index_t d_;
 };
@@ -367,23 +488,35 @@ struct l_kernel<Arch, lambda::rotation<T>> {
 
   template <bool Stream = false>
   void apply(const entry* row, const T* x, T* y) const noexcept {
-    if (interleaved_) rotate_interleaved<Stream>(row, x, y);
-    else rotate_split<Stream>(row, x, y);
+    const identity_map<Arch, T> map;
+    if (interleaved_) rotate_interleaved<Stream>(row, x, y, map, {});
+    else rotate_split<Stream>(row, x, y, map, {});
     copy_row(x + 2 * half_, y + 2 * half_, d_ - 2 * half_);
   }
 
   /// `apply` on m rows (x, y rows `xs`, `ys` apart; table rows `tw` apart): the pairing is
-  /// decided once per block, not per row.
-  template <bool Stream = false>
-  void apply_rows(const entry* table, index_t tw, const T* x, index_t xs, T* y, index_t ys, index_t m) const noexcept {
+  /// decided once per block, not per row. With a row `map`, Λ(P x) for P = the map's P.
+  template <bool Stream = false, class Map = identity_map<Arch, T>>
+  void apply_rows(const entry* table, index_t tw, const T* x, index_t xs, T* y, index_t ys, index_t m,
+                  const Map& map = {}) const noexcept {
     const index_t e = 2 * half_;
-    if (interleaved_) {
-      for (index_t r = 0; r < m; ++r) rotate_interleaved<Stream>(table + r * tw, x + r * xs, y + r * ys);
+    if constexpr (Map::trivial) {
+      if (interleaved_) {
+        for (index_t r = 0; r < m; ++r) rotate_interleaved<Stream>(table + r * tw, x + r * xs, y + r * ys, map, {});
+      } else {
+        for (index_t r = 0; r < m; ++r) rotate_split<Stream>(table + r * tw, x + r * xs, y + r * ys, map, {});
+      }
+      if (e < d_)
+        for (index_t r = 0; r < m; ++r) copy_row(x + r * xs + e, y + r * ys + e, d_ - e);
     } else {
-      for (index_t r = 0; r < m; ++r) rotate_split<Stream>(table + r * tw, x + r * xs, y + r * ys);
+      for_each_mapped_row(map, x, xs, d_, m, [&](index_t r, const typename Map::row_state& st) LRPE_ALWAYS_INLINE_LAMBDA {
+        const T* xr = x + r * xs;
+        T* yr = y + r * ys;
+        if (interleaved_) rotate_interleaved<Stream>(table + r * tw, xr, yr, map, st);
+        else rotate_split<Stream>(table + r * tw, xr, yr, map, st);
+        map_copy(map, st, xr, yr, e, d_);
+      });
     }
-    if (e < d_)
-      for (index_t r = 0; r < m; ++r) copy_row(x + r * xs + e, y + r * ys + e, d_ - e);
   }
 
   /// True when `apply_rows_odd_even` runs for width d: interleaved pairs, d even, AVX-512 float.
@@ -437,8 +570,9 @@ struct l_kernel<Arch, lambda::rotation<T>> {
   }
 
  private:
-  template <bool Stream>
-  void rotate_interleaved(const entry* row, const T* x, T* y) const noexcept {
+  template <bool Stream, class Map>
+  LRPE_ALWAYS_INLINE void rotate_interleaved(const entry* row, const T* x, T* y, const Map& map,
+                                             const typename Map::row_state& st) const noexcept {
     const index_t e = 2 * half_;
     const T* c = row;
     const T* s = row + half_;
@@ -456,7 +590,7 @@ struct l_kernel<Arch, lambda::rotation<T>> {
       // 8-wide halves, and fmaddsub for the signs.
       const __m512i dup_idx = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
       for (; i + 16 <= e; i += 16) {
-        const __m512 xv = _mm512_loadu_ps(x + i);
+        const __m512 xv = map.map(st, i, b(_mm512_loadu_ps(x + i)));
         const __m512 xs = _mm512_permute_ps(xv, 0xB1);
         const __m512 cv = _mm512_permutexvar_ps(dup_idx, _mm512_castps256_ps512(_mm256_loadu_ps(c + i / 2)));
         const __m512 sv = _mm512_permutexvar_ps(dup_idx, _mm512_castps256_ps512(_mm256_loadu_ps(s + i / 2)));
@@ -465,21 +599,22 @@ struct l_kernel<Arch, lambda::rotation<T>> {
     }
 #endif
     for (; i + w <= e; i += w) {  // w is even: a vector never splits a pair
-      const b xv = b::load_unaligned(x + i);
+      const b xv = map.map(st, i, b::load_unaligned(x + i));
       const b xs = xsimd::swizzle(xv, swap);
       const b cv = xsimd::swizzle(b::load_unaligned(c + i / 2), dup);
       const b sv = xsimd::swizzle(b::load_unaligned(s + i / 2), dup);
       store<Stream>(xsimd::fma(xv, cv, (xs * sv) ^ neg_even), y + i);
     }
     for (; i < e; i += 2) {
-      const T a = x[i], bb = x[i + 1], ck = c[i / 2], sk = s[i / 2];
+      const T a = map.map1(st, i, x[i]), bb = map.map1(st, i + 1, x[i + 1]), ck = c[i / 2], sk = s[i / 2];
       y[i] = a * ck - bb * sk;
       y[i + 1] = bb * ck + a * sk;
     }
   }
 
-  template <bool Stream>
-  void rotate_split(const entry* row, const T* x, T* y) const noexcept {
+  template <bool Stream, class Map>
+  LRPE_ALWAYS_INLINE void rotate_split(const entry* row, const T* x, T* y, const Map& map,
+                                       const typename Map::row_state& st) const noexcept {
     const T* c = row;
     const T* s = row + half_;
     const T* xa = x;
@@ -488,13 +623,13 @@ struct l_kernel<Arch, lambda::rotation<T>> {
     T* yb = y + half_;
     index_t k = 0;
     for (; k + w <= half_; k += w) {
-      const b a = b::load_unaligned(xa + k), bb = b::load_unaligned(xb + k);
+      const b a = map.map(st, k, b::load_unaligned(xa + k)), bb = map.map(st, half_ + k, b::load_unaligned(xb + k));
       const b cv = b::load_unaligned(c + k), sv = b::load_unaligned(s + k);
       store<Stream>(xsimd::fms(a, cv, bb * sv), ya + k);
       store<Stream>(xsimd::fma(bb, cv, a * sv), yb + k);
     }
     for (; k < half_; ++k) {
-      const T a = xa[k], bb = xb[k];
+      const T a = map.map1(st, k, xa[k]), bb = map.map1(st, half_ + k, xb[k]);
       ya[k] = a * c[k] - bb * s[k];
       yb[k] = bb * c[k] + a * s[k];
     }
@@ -621,10 +756,18 @@ struct l_kernel<Arch, lambda::permutation_power<T>> {
   void apply(const entry* row, const T* x, T* y) const noexcept {
     permute_row<Stream, Arch>(x, row, y, d_);
   }
-  /// `apply` on m rows (x, y rows `xs`, `ys` apart; table rows `tw` apart).
-  template <bool Stream = false>
-  void apply_rows(const entry* table, index_t tw, const T* x, index_t xs, T* y, index_t ys, index_t m) const noexcept {
-    for (index_t r = 0; r < m; ++r) permute_row<Stream, Arch>(x + r * xs, table + r * tw, y + r * ys, d_);
+  /// `apply` on m rows (x, y rows `xs`, `ys` apart; table rows `tw` apart); with a row `map`,
+  /// Λ(P x) for P = the map's P.
+  template <bool Stream = false, class Map = identity_map<Arch, T>>
+  void apply_rows(const entry* table, index_t tw, const T* x, index_t xs, T* y, index_t ys, index_t m,
+                  const Map& map = {}) const noexcept {
+    if constexpr (Map::trivial) {
+      for (index_t r = 0; r < m; ++r) permute_row<Stream, Arch>(x + r * xs, table + r * tw, y + r * ys, d_);
+    } else {
+      for_each_mapped_row(map, x, xs, d_, m, [&](index_t r, const typename Map::row_state& st) LRPE_ALWAYS_INLINE_LAMBDA {
+        permute_row<Stream, Arch>(x + r * xs, table + r * tw, y + r * ys, d_, map, st);
+      });
+    }
   }
 
   index_t d_;
