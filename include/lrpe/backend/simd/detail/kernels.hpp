@@ -169,6 +169,9 @@ struct avx512_permute<float> {
     return _mm512_mask_mov_ps(r, _mm512_cmpge_epi32_mask(ix, _mm512_set1_epi32(static_cast<int>(bound))), t);
   }
   static void store_part(float* p, reg v, index_t n) noexcept { _mm512_mask_storeu_ps(p, first(n), v); }
+  static reg fmadd(reg a, reg b, reg c) noexcept { return _mm512_fmadd_ps(a, b, c); }
+  static reg set1(float a) noexcept { return _mm512_set1_ps(a); }
+  static float sum(reg a) noexcept { return _mm512_reduce_add_ps(a); }
 };
 template <>
 struct avx512_permute<double> {
@@ -185,7 +188,27 @@ struct avx512_permute<double> {
     return _mm512_mask_mov_pd(r, _mm512_cmpge_epi64_mask(ix, _mm512_set1_epi64(bound)), t);
   }
   static void store_part(double* p, reg v, index_t n) noexcept { _mm512_mask_storeu_pd(p, first(n), v); }
+  static reg fmadd(reg a, reg b, reg c) noexcept { return _mm512_fmadd_pd(a, b, c); }
+  static reg set1(double a) noexcept { return _mm512_set1_pd(a); }
+  static double sum(reg a) noexcept { return _mm512_reduce_add_pd(a); }
 };
+
+/// The output half of the register permute: y[j] = row[idx[j]], the row in 2·Pairs registers.
+template <int Pairs, bool Stream, class Arch, class T>
+LRPE_ALWAYS_INLINE void store_permuted(const typename avx512_permute<T>::reg* v, const index_of_t<T>* idx, T* y,
+                                       index_t d) noexcept {
+  using ops = avx512_permute<T>;
+  using b = xsimd::batch<T, Arch>;
+  constexpr index_t L = ops::lanes;
+  for (index_t j = 0; j < d; j += L) {
+    const index_t n = std::min<index_t>(L, d - j);
+    const __m512i ix = ops::load_index(idx + j, n);
+    auto r = ops::pick(v[0], ix, v[1]);
+    for (int p = 1; p < Pairs; ++p) r = ops::merge_from(r, ix, 2 * p * L, ops::pick(v[2 * p], ix, v[2 * p + 1]));
+    if (n == L) store<Stream>(b(r), y + j);
+    else ops::store_part(y + j, r, n);
+  }
+}
 
 /// The register permute with `Pairs` pairs of input vectors (d ≤ 2·Pairs·lanes).
 /// With a row map, the row is mapped as it is loaded: y[j] = (P x)[idx[j]].
@@ -213,13 +236,37 @@ LRPE_ALWAYS_INLINE void permute_row_registers(const T* x, const index_of_t<T>* i
       v[i] = typename ops::reg{};
     }
   }
-  for (index_t j = 0; j < d; j += L) {
-    const index_t n = std::min<index_t>(L, d - j);
-    const __m512i ix = ops::load_index(idx + j, n);
-    auto r = ops::pick(v[0], ix, v[1]);
-    for (int p = 1; p < Pairs; ++p) r = ops::merge_from(r, ix, 2 * p * L, ops::pick(v[2 * p], ix, v[2 * p + 1]));
-    if (n == L) store<Stream>(b(r), y + j);
-    else ops::store_part(y + j, r, n);
+  store_permuted<Pairs, Stream, Arch, T>(v, idx, y, d);
+}
+
+/**
+ * y_r[j] = (x_r − 2(v·x_r)v)[idx_r[j]] for m rows, d = K vectors exactly (K ≤ 8): v in K
+ * registers for all rows, each row loaded once, μ by one horizontal sum, then the register
+ * permute — the Householder·permutation-power chain (Type 4) without reloading x or v.
+ */
+template <int K, bool Stream, class Arch, class T>
+void reflect_permute_rows(const T* v, const index_of_t<T>* table, index_t tw, const T* x, index_t xs, T* y,
+                          index_t ys, index_t m, index_t d) noexcept {
+  using ops = avx512_permute<T>;
+  constexpr index_t L = ops::lanes;
+  constexpr int Pairs = (K + 1) / 2;
+  typename ops::reg vv[K];
+#pragma GCC unroll 8
+  for (int k = 0; k < K; ++k) vv[k] = ops::load(v + k * L, L);
+  for (index_t r = 0; r < m; ++r) {
+    if (r + mapped_prefetch_rows < m) prefetch_row(x + (r + mapped_prefetch_rows) * xs, d);
+    const T* xr = x + r * xs;
+    typename ops::reg q[2 * Pairs];
+#pragma GCC unroll 8
+    for (int k = 0; k < K; ++k) q[k] = ops::load(xr + k * L, L);
+    if constexpr (K < 2 * Pairs) q[K] = typename ops::reg{};
+    typename ops::reg a0 = ops::fmadd(q[0], vv[0], typename ops::reg{});
+#pragma GCC unroll 8
+    for (int k = 1; k < K; ++k) a0 = ops::fmadd(q[k], vv[k], a0);
+    const auto mu = ops::set1(T(-2) * ops::sum(a0));
+#pragma GCC unroll 8
+    for (int k = 0; k < K; ++k) q[k] = ops::fmadd(mu, vv[k], q[k]);
+    store_permuted<Pairs, Stream, Arch, T>(q, table + r * tw, y + r * ys, d);
   }
 }
 #endif
@@ -355,6 +402,8 @@ struct p_kernel<Arch, p::householder<T>> {
     return xsimd::fma(b(st.mu), b::load_unaligned(v_ + j), x);
   }
   LRPE_ALWAYS_INLINE T map1(const row_state& st, index_t j, T x) const noexcept { return x + st.mu * v_[j]; }
+  /// The unit vector v of P = I − 2vvᵀ (for Λ kernels that specialise on a reflection).
+  [[nodiscard]] const T* reflector() const noexcept { return v_; }
 
   const T* v_;
   index_t d_;
@@ -509,6 +558,24 @@ struct l_kernel<Arch, lambda::rotation<T>> {
       if (e < d_)
         for (index_t r = 0; r < m; ++r) copy_row(x + r * xs + e, y + r * ys + e, d_ - e);
     } else {
+#if defined(__AVX512F__)
+      if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, Arch> &&
+                    requires { map.reflector(); }) {
+        if (interleaved_ && e == d_ && d_ % 16 == 0 && d_ <= 128) {
+          const T* v = map.reflector();
+          switch (d_ / 16) {
+            case 1: return reflect_rotate_rows<1, Stream>(v, table, tw, x, xs, y, ys, m);
+            case 2: return reflect_rotate_rows<2, Stream>(v, table, tw, x, xs, y, ys, m);
+            case 3: return reflect_rotate_rows<3, Stream>(v, table, tw, x, xs, y, ys, m);
+            case 4: return reflect_rotate_rows<4, Stream>(v, table, tw, x, xs, y, ys, m);
+            case 5: return reflect_rotate_rows<5, Stream>(v, table, tw, x, xs, y, ys, m);
+            case 6: return reflect_rotate_rows<6, Stream>(v, table, tw, x, xs, y, ys, m);
+            case 7: return reflect_rotate_rows<7, Stream>(v, table, tw, x, xs, y, ys, m);
+            default: return reflect_rotate_rows<8, Stream>(v, table, tw, x, xs, y, ys, m);
+          }
+        }
+      }
+#endif
       for_each_mapped_row(map, x, xs, d_, m, [&](index_t r, const typename Map::row_state& st) LRPE_ALWAYS_INLINE_LAMBDA {
         const T* xr = x + r * xs;
         T* yr = y + r * ys;
@@ -518,6 +585,48 @@ struct l_kernel<Arch, lambda::rotation<T>> {
       });
     }
   }
+
+#if defined(__AVX512F__)
+  /**
+   * Λ(x − 2(v·x)v) for interleaved rotation of every feature, d = 16·K float (AVX-512), with the
+   * whole row in registers: v is loaded once into K registers for all m rows; each row is
+   * loaded once, its μ = −2 v·x is one horizontal sum, and x + μv feeds the rotation without
+   * leaving registers (no second read of x, no reload of v). Measured 1.05–1.15 × RoPE in L2
+   * against 1.4–1.5 × for the generic row map (which reloads x and v per vector).
+   */
+  template <int K, bool Stream>
+  void reflect_rotate_rows(const T* v, const entry* table, index_t tw, const T* x, index_t xs, T* y, index_t ys,
+                           index_t m) const noexcept {
+    const __m512i dup_idx = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    __m512 vv[K];
+#pragma GCC unroll 8
+    for (int k = 0; k < K; ++k) vv[k] = _mm512_loadu_ps(v + 16 * k);
+    for (index_t r = 0; r < m; ++r) {
+      if (r + mapped_prefetch_rows < m) prefetch_row(x + (r + mapped_prefetch_rows) * xs, d_);
+      const T* xr = x + r * xs;
+      const T* c = table + r * tw;
+      const T* s = c + half_;
+      T* yr = y + r * ys;
+      __m512 q[K];
+#pragma GCC unroll 8
+      for (int k = 0; k < K; ++k) q[k] = _mm512_loadu_ps(xr + 16 * k);
+      __m512 a0 = _mm512_mul_ps(q[0], vv[0]), a1 = _mm512_setzero_ps();
+#pragma GCC unroll 8
+      for (int k = 1; k < K; ++k) {
+        if (k % 2) a1 = _mm512_fmadd_ps(q[k], vv[k], a1);
+        else a0 = _mm512_fmadd_ps(q[k], vv[k], a0);
+      }
+      const __m512 mu = _mm512_set1_ps(T(-2) * _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)));
+#pragma GCC unroll 8
+      for (int k = 0; k < K; ++k) {
+        const __m512 xv = _mm512_fmadd_ps(mu, vv[k], q[k]);
+        const __m512 cv = _mm512_permutexvar_ps(dup_idx, _mm512_castps256_ps512(_mm256_loadu_ps(c + 8 * k)));
+        const __m512 sv = _mm512_permutexvar_ps(dup_idx, _mm512_castps256_ps512(_mm256_loadu_ps(s + 8 * k)));
+        store<Stream>(b(_mm512_fmaddsub_ps(xv, cv, _mm512_mul_ps(_mm512_permute_ps(xv, 0xB1), sv))), yr + 16 * k);
+      }
+    }
+  }
+#endif
 
   /// True when `apply_rows_odd_even` runs for width d: interleaved pairs, d even, AVX-512 float.
   [[nodiscard]] bool folds_odd_even(index_t d) const noexcept {
@@ -764,6 +873,24 @@ struct l_kernel<Arch, lambda::permutation_power<T>> {
     if constexpr (Map::trivial) {
       for (index_t r = 0; r < m; ++r) permute_row<Stream, Arch>(x + r * xs, table + r * tw, y + r * ys, d_);
     } else {
+#if defined(__AVX512F__)
+      if constexpr (std::is_base_of_v<xsimd::avx512f, Arch> && requires { map.reflector(); }) {
+        constexpr index_t L = avx512_permute<T>::lanes;
+        if (d_ % L == 0 && d_ <= 8 * L) {
+          const T* v = map.reflector();
+          switch (d_ / L) {
+            case 1: return reflect_permute_rows<1, Stream, Arch>(v, table, tw, x, xs, y, ys, m, d_);
+            case 2: return reflect_permute_rows<2, Stream, Arch>(v, table, tw, x, xs, y, ys, m, d_);
+            case 3: return reflect_permute_rows<3, Stream, Arch>(v, table, tw, x, xs, y, ys, m, d_);
+            case 4: return reflect_permute_rows<4, Stream, Arch>(v, table, tw, x, xs, y, ys, m, d_);
+            case 5: return reflect_permute_rows<5, Stream, Arch>(v, table, tw, x, xs, y, ys, m, d_);
+            case 6: return reflect_permute_rows<6, Stream, Arch>(v, table, tw, x, xs, y, ys, m, d_);
+            case 7: return reflect_permute_rows<7, Stream, Arch>(v, table, tw, x, xs, y, ys, m, d_);
+            default: return reflect_permute_rows<8, Stream, Arch>(v, table, tw, x, xs, y, ys, m, d_);
+          }
+        }
+      }
+#endif
       for_each_mapped_row(map, x, xs, d_, m, [&](index_t r, const typename Map::row_state& st) LRPE_ALWAYS_INLINE_LAMBDA {
         permute_row<Stream, Arch>(x + r * xs, table + r * tw, y + r * ys, d_, map, st);
       });
