@@ -111,25 +111,71 @@ class dft_phase_kernel {
         (compat::gather(x + 2 * n + 1, xoff) * sc).store_aligned(im + slot);
       }
     }
-    for (index_t h = 1; h < M; h *= 2) {  // radix-2 stages of the M-point FFT
-      const index_t step = d / (2 * h);    // W_{2h}^j = W_d^{j·step}
-      for (index_t j = 0; j < h; ++j) {
-        const b wr(tw_re_[static_cast<std::size_t>(j * step)]);
-        const b wi(tw_im_[static_cast<std::size_t>(j * step)]);
-        for (index_t start = 0; start < M; start += 2 * h) {
-          T* r0 = re + (start + j) * lanes;
-          T* i0 = im + (start + j) * lanes;
-          T* r1 = r0 + h * lanes;
-          T* i1 = i0 + h * lanes;
-          const b xr = b::load_aligned(r1), xi = b::load_aligned(i1);
-          const b br = xsimd::fms(xr, wr, xi * wi);
-          const b bi = xsimd::fma(xr, wi, xi * wr);
-          const b ar = b::load_aligned(r0), ai = b::load_aligned(i0);
-          (ar + br).store_aligned(r0);
-          (ai + bi).store_aligned(i0);
-          (ar - br).store_aligned(r1);
-          (ai - bi).store_aligned(i1);
+    // The M-point FFT (decimation in time, bit-reversed input): two radix-2 stages per pass
+    // over the slots where two remain (4 slots loaded, 4 butterflies, 4 stored: the passes over
+    // L1 drop from log2 M to ⌈log2 M / 2⌉), a single stage for an odd last one.
+    const auto twiddle = [&](index_t t, b& wr, b& wi) LRPE_ALWAYS_INLINE_LAMBDA {
+      wr = b(tw_re_[static_cast<std::size_t>(t)]);
+      wi = b(tw_im_[static_cast<std::size_t>(t)]);
+    };
+    // (ar, ai) ± (br, bi)·(wr, wi), in place.
+    const auto butterfly = [](b& ar, b& ai, b& br, b& bi, const b& wr, const b& wi) LRPE_ALWAYS_INLINE_LAMBDA {
+      const b tr = xsimd::fms(br, wr, bi * wi);
+      const b ti = xsimd::fma(br, wi, bi * wr);
+      br = ar - tr;
+      bi = ai - ti;
+      ar = ar + tr;
+      ai = ai + ti;
+    };
+    for (index_t h = 1; h < M;) {
+      if (2 * h < M) {  // stages h and 2h: slots a, a + h, a + 2h, a + 3h
+        const index_t s1 = d / (2 * h), s2 = d / (4 * h);  // W_{2h}^j = W_d^{j·s1}, W_{4h}^j = W_d^{j·s2}
+        for (index_t j = 0; j < h; ++j) {
+          b w1r, w1i, w2r, w2i, w3r, w3i;
+          twiddle(j * s1, w1r, w1i);
+          twiddle(j * s2, w2r, w2i);
+          twiddle((j + h) * s2, w3r, w3i);
+          for (index_t start = 0; start < M; start += 4 * h) {
+            T* p0r = re + (start + j) * lanes;
+            T* p0i = im + (start + j) * lanes;
+            const index_t o1 = h * lanes, o2 = 2 * h * lanes, o3 = 3 * h * lanes;
+            b ar = b::load_aligned(p0r), ai = b::load_aligned(p0i);
+            b br = b::load_aligned(p0r + o1), bi = b::load_aligned(p0i + o1);
+            b cr = b::load_aligned(p0r + o2), ci = b::load_aligned(p0i + o2);
+            b er = b::load_aligned(p0r + o3), ei = b::load_aligned(p0i + o3);
+            butterfly(ar, ai, br, bi, w1r, w1i);
+            butterfly(cr, ci, er, ei, w1r, w1i);
+            butterfly(ar, ai, cr, ci, w2r, w2i);
+            butterfly(br, bi, er, ei, w3r, w3i);
+            ar.store_aligned(p0r);
+            ai.store_aligned(p0i);
+            br.store_aligned(p0r + o1);
+            bi.store_aligned(p0i + o1);
+            cr.store_aligned(p0r + o2);
+            ci.store_aligned(p0i + o2);
+            er.store_aligned(p0r + o3);
+            ei.store_aligned(p0i + o3);
+          }
         }
+        h *= 4;
+      } else {  // one radix-2 stage
+        const index_t step = d / (2 * h);
+        for (index_t j = 0; j < h; ++j) {
+          b wr, wi;
+          twiddle(j * step, wr, wi);
+          for (index_t start = 0; start < M; start += 2 * h) {
+            T* r0 = re + (start + j) * lanes;
+            T* i0 = im + (start + j) * lanes;
+            b ar = b::load_aligned(r0), ai = b::load_aligned(i0);
+            b br = b::load_aligned(r0 + h * lanes), bi = b::load_aligned(i0 + h * lanes);
+            butterfly(ar, ai, br, bi, wr, wi);
+            ar.store_aligned(r0);
+            ai.store_aligned(i0);
+            br.store_aligned(r0 + h * lanes);
+            bi.store_aligned(i0 + h * lanes);
+          }
+        }
+        h *= 2;
       }
     }
     {  // k = 0 and k = M: real bins Re Z_0 ± Im Z_0
@@ -177,7 +223,12 @@ class dft_phase_kernel {
         for (index_t k0 = 0; k0 < d; k0 += lanes) {
           for (index_t j = 0; j < lanes; ++j) v[j] = b::load_aligned(src + (k0 + j) * lanes);
           compat::transpose_square(v);
-          for (index_t r = 0; r < m; ++r) v[r].store_unaligned(rows + r * 2 * d + half + k0);
+          // A compile-time trip count for a whole group keeps v[] in registers.
+          if (m == lanes) {
+            for (index_t r = 0; r < lanes; ++r) v[r].store_unaligned(rows + r * 2 * d + half + k0);
+          } else {
+            for (index_t r = 0; r < m; ++r) v[r].store_unaligned(rows + r * 2 * d + half + k0);
+          }
         }
       }
     } else {
