@@ -239,11 +239,13 @@ TEST_CASE_TEMPLATE("simd: encoders without a SIMD kernel fall back and stay exac
   const lrpe::encoder user_p(reverse_p<T>{d}, lrpe::lambda::rotation<T>(d, lrpe::freq::theta_a(20), lrpe::pairing::split_half));
   static_assert(lrpe::simd_encoder<decltype(user_p)>::path == lrpe::simd_path::lambda_vectorised);
   CHECK(simd_vs_reference(user_p, n, pc, 3) <= tol<T>(d));
-  // Type 8 at widths the row FFT does not take: per-call fallback, still equal.
+  // Type 8 at widths the row FFT does not take: per-call fallback to the same scalar code. Not
+  // bit for bit: the two inlined copies of the scalar FFT may differ by an ulp in GCC's default
+  // -ffp-contract=fast (which products it fuses into FMAs); any real fault is O(1).
   for (index_t dd : {12, 256}) {
     const lrpe::type8<T> t8(dd);
     CHECK(!lrpe::simd_encoder<lrpe::type8<T>>(t8).vectorised());
-    CHECK(simd_vs_reference(t8, n, pc, 4) == 0);
+    CHECK(simd_vs_reference(t8, n, pc, 4) <= 4 * std::numeric_limits<T>::epsilon());
   }
 }
 

@@ -61,6 +61,42 @@ class dft_phase_kernel {
       tw_im_[static_cast<std::size_t>(t)] = static_cast<T>(std::sin(a));
     }
     scale_ = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d_)));
+#if defined(__AVX512F__)
+    if constexpr (row_fft_arch) {
+      if (d_ == 64) {  // twiddle vectors of the per-row FFT (see row_fft64)
+        const auto w = [&](index_t t, float* re, float* im, int lane) {
+          re[lane] = tw_re_[static_cast<std::size_t>(t)];
+          im[lane] = tw_im_[static_cast<std::size_t>(t)];
+        };
+        for (int i = 0; i < 16; ++i) {
+          w(2 * i, h_.t16r, h_.t16i, i);                            // W_32^i
+          if (i & 8) w(4 * (i & 7), h_.t8r, h_.t8i, i);             // W_16^(i mod 8) on the upper 8
+          else h_.t8r[i] = 1, h_.t8i[i] = 0;
+          if (i & 4) w(8 * (i & 3), h_.t4r, h_.t4i, i);             // W_8^(i mod 4)
+          else h_.t4r[i] = 1, h_.t4i[i] = 0;
+          if (i & 2) w(16 * (i & 1), h_.t2r, h_.t2i, i);            // W_4^(i mod 2)
+          else h_.t2r[i] = 1, h_.t2i[i] = 0;
+          w(i, h_.wlor, h_.wloi, i);                                // W_64^k, k < 16
+          w(16 + i, h_.whir, h_.whii, i);                           // W_64^k, 16 ≤ k < 32
+        }
+        const auto rev5 = [](int k) {
+          int r = 0;
+          for (int bit = 0; bit < 5; ++bit) r |= ((k >> bit) & 1) << (4 - bit);
+          return r;
+        };
+        for (int i = 0; i < 16; ++i) {
+          h_.even[i] = 2 * i;
+          h_.odd[i] = 2 * i + 1;
+          h_.a_lo[i] = rev5(i);                        // Z_k, k < 16, from the bit-reversed result
+          h_.a_hi[i] = rev5(16 + i);
+          h_.b_lo[i] = rev5((32 - i) & 31);            // Z_{(32 − k) mod 32}
+          h_.b_hi[i] = rev5((32 - 16 - i) & 31);
+          h_.m2[i] = i == 0 ? 0 : 16 + (16 - i);       // bin 32 + i = conj X_{32−i} (lane 0: X_32)
+          h_.m3[i] = i == 0 ? 16 : 16 - i;             // bin 48 + i = conj X_{16−i}
+        }
+      }
+    }
+#endif
   }
 
   const l_kernel<Arch, lambda::complex_phase<T>>& phase() const noexcept { return phase_; }
@@ -78,6 +114,14 @@ class dft_phase_kernel {
   template <bool Stream = false>
   void apply_rows(const T* x, index_t x_stride, index_t m, const T* table, index_t table_width,
                   T* y, index_t y_stride) const noexcept {
+#if defined(__AVX512F__)
+    if constexpr (row_fft_arch) {
+      if (d_ == 64 && phase_.e_ == d_) {
+        for (index_t r = 0; r < m; ++r) row_fft64<Stream>(x + r * x_stride, table + r * table_width, y + r * y_stride);
+        return;
+      }
+    }
+#endif
     alignas(64) T re[max_dim * lanes];
     alignas(64) T im[max_dim * lanes];
     const index_t d = d_;
@@ -245,6 +289,111 @@ class dft_phase_kernel {
   }
 
  private:
+#if defined(__AVX512F__)
+  static constexpr bool row_fft_arch = std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, Arch>;
+  /// Twiddle vectors and lane-index vectors of `row_fft64` (built once, for d = 64).
+  struct horizontal {
+    alignas(64) float t16r[16], t16i[16], t8r[16], t8i[16], t4r[16], t4i[16], t2r[16], t2i[16];
+    alignas(64) float wlor[16], wloi[16], whir[16], whii[16];
+    alignas(64) std::int32_t even[16], odd[16], a_lo[16], a_hi[16], b_lo[16], b_hi[16], m2[16], m3[16];
+  };
+
+  static __m512i ld(const std::int32_t* p) noexcept { return _mm512_load_si512(p); }
+  /// (r, i) ← (r, i)·(wr, wi).
+  static void cmul(__m512& r, __m512& i, const float* wr, const float* wi) noexcept {
+    const __m512 a = _mm512_load_ps(wr), c = _mm512_load_ps(wi);
+    const __m512 nr = _mm512_fmsub_ps(r, a, _mm512_mul_ps(i, c));
+    i = _mm512_fmadd_ps(r, c, _mm512_mul_ps(i, a));
+    r = nr;
+  }
+  /// One decimation-in-frequency stage inside each vector: lanes l and l ^ s (bit s of l set:
+  /// the lower input minus the upper, times the stage's twiddle; clear: the sum).
+  template <int Shuffle>
+  static void dif_in_vector(__m512& r, __m512& i, __mmask16 upper) noexcept {
+    const auto swap = [](__m512 v) {
+      if constexpr (Shuffle == 8) return _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2));
+      else if constexpr (Shuffle == 4) return _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1));
+      else if constexpr (Shuffle == 2) return _mm512_permute_ps(v, _MM_SHUFFLE(1, 0, 3, 2));
+      else return _mm512_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1));
+    };
+    const __m512 tr = swap(r), ti = swap(i);
+    r = _mm512_mask_sub_ps(_mm512_add_ps(r, tr), upper, tr, r);
+    i = _mm512_mask_sub_ps(_mm512_add_ps(i, ti), upper, ti, i);
+  }
+
+  /**
+   * Type 8 at d = 64 for one row, horizontally (AVX-512 float): the row's 32 complex values
+   * z_n = x_2n + i·x_2n+1 stay in 4 registers (real and imaginary parts, 16 lanes each) through
+   * a radix-2 decimation-in-frequency FFT (the first stage across the two vectors, the other
+   * four inside each vector by lane swaps and masked subtracts), the real-input split reads Z_k
+   * and Z_{32−k} straight out of the bit-reversed result by two-source lane permutes, the
+   * conjugate-symmetric upper bins likewise, then the phase and the stores. No transposes and
+   * no scratch: ~200 vector operations per row, and each row's stores go out as soon as it is
+   * done.
+   */
+  template <bool Stream>
+  void row_fft64(const T* x, const T* table, T* y) const noexcept {
+    const horizontal& h = h_;
+    const __m512 sc = _mm512_set1_ps(scale_);
+    const __m512 x0 = _mm512_mul_ps(_mm512_loadu_ps(x), sc), x1 = _mm512_mul_ps(_mm512_loadu_ps(x + 16), sc);
+    const __m512 x2 = _mm512_mul_ps(_mm512_loadu_ps(x + 32), sc), x3 = _mm512_mul_ps(_mm512_loadu_ps(x + 48), sc);
+    __m512 lr = _mm512_permutex2var_ps(x0, ld(h.even), x1), li = _mm512_permutex2var_ps(x0, ld(h.odd), x1);
+    __m512 hr = _mm512_permutex2var_ps(x2, ld(h.even), x3), hi = _mm512_permutex2var_ps(x2, ld(h.odd), x3);
+    {  // stage 16: z_j ± z_{j+16}, the difference times W_32^j
+      const __m512 sr = _mm512_add_ps(lr, hr), si = _mm512_add_ps(li, hi);
+      hr = _mm512_sub_ps(lr, hr);
+      hi = _mm512_sub_ps(li, hi);
+      lr = sr;
+      li = si;
+      cmul(hr, hi, h.t16r, h.t16i);
+    }
+    dif_in_vector<8>(lr, li, 0xFF00);
+    dif_in_vector<8>(hr, hi, 0xFF00);
+    cmul(lr, li, h.t8r, h.t8i);
+    cmul(hr, hi, h.t8r, h.t8i);
+    dif_in_vector<4>(lr, li, 0xF0F0);
+    dif_in_vector<4>(hr, hi, 0xF0F0);
+    cmul(lr, li, h.t4r, h.t4i);
+    cmul(hr, hi, h.t4r, h.t4i);
+    dif_in_vector<2>(lr, li, 0xCCCC);
+    dif_in_vector<2>(hr, hi, 0xCCCC);
+    cmul(lr, li, h.t2r, h.t2i);
+    cmul(hr, hi, h.t2r, h.t2i);
+    dif_in_vector<1>(lr, li, 0xAAAA);  // W_2^0 = 1
+    dif_in_vector<1>(hr, hi, 0xAAAA);
+    // Lane p of (lo, hi) holds Z_rev(p). Split: A = Z_k, B = Z_{32−k} for k = 0 … 31.
+    const __m512 half = _mm512_set1_ps(0.5f);
+    __m512 xr[2], xi[2], d0;
+    for (int q = 0; q < 2; ++q) {
+      const __m512i ai = ld(q ? h.a_hi : h.a_lo), bi = ld(q ? h.b_hi : h.b_lo);
+      const __m512 ar = _mm512_permutex2var_ps(lr, ai, hr), aim = _mm512_permutex2var_ps(li, ai, hi);
+      const __m512 br = _mm512_permutex2var_ps(lr, bi, hr), bim = _mm512_permutex2var_ps(li, bi, hi);
+      const __m512 er = _mm512_mul_ps(half, _mm512_add_ps(ar, br)), ei = _mm512_mul_ps(half, _mm512_sub_ps(aim, bim));
+      __m512 orr = _mm512_mul_ps(half, _mm512_add_ps(aim, bim)), oi = _mm512_mul_ps(half, _mm512_sub_ps(br, ar));
+      if (q == 0) d0 = _mm512_sub_ps(er, orr);  // lane 0: X_32 = Re Z_0 − Im Z_0
+      cmul(orr, oi, q ? h.whir : h.wlor, q ? h.whii : h.wloi);
+      xr[q] = _mm512_add_ps(er, orr);
+      xi[q] = _mm512_add_ps(ei, oi);
+    }
+    // Bins 32 … 63: X_32, then conj X_{31} … conj X_1.
+    const __m512 zero = _mm512_setzero_ps();
+    const __m512 r2 = _mm512_mask_mov_ps(_mm512_permutex2var_ps(xr[0], ld(h.m2), xr[1]), 0x1, d0);
+    const __m512 i2 = _mm512_mask_mov_ps(_mm512_sub_ps(zero, _mm512_permutex2var_ps(xi[0], ld(h.m2), xi[1])), 0x1, zero);
+    const __m512 r3 = _mm512_permutex2var_ps(xr[0], ld(h.m3), xr[1]);
+    const __m512 i3 = _mm512_sub_ps(zero, _mm512_permutex2var_ps(xi[0], ld(h.m3), xi[1]));
+    const __m512 br[4] = {xr[0], xr[1], r2, r3}, bim[4] = {xi[0], xi[1], i2, i3};
+    const T* c = table;
+    const T* s = table + 64;
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      const __m512 cv = _mm512_loadu_ps(c + 16 * q), sv = _mm512_loadu_ps(s + 16 * q);
+      store<Stream>(b(_mm512_fmsub_ps(br[q], cv, _mm512_mul_ps(bim[q], sv))), y + 16 * q);
+      store<Stream>(b(_mm512_fmadd_ps(br[q], sv, _mm512_mul_ps(bim[q], cv))), y + 64 + 16 * q);
+    }
+  }
+  horizontal h_{};
+#endif
+
   /// Tiles of lanes×lanes transposed in registers (AVX-512 float, d a multiple of the lanes).
   bool fast_transpose() const noexcept { return compat::has_fast_transpose<T, Arch> && d_ % lanes == 0; }
 
