@@ -11,9 +11,10 @@
  * - Λ ∈ {rotation (both pairings), complex phase, permutation power, identity} and a real P:
  *   vectorised Λ; P vectorised when it is identity, Householder, a permutation (odd-even
  *   included), DCT or a real dense matrix, applied by its own `apply` otherwise. P and Λ run in
- *   one pass over the data (P's result stays in an L1-resident row).
- * - DFT P with complex-phase Λ (Type 8): the row-parallel FFT of encode_dft.hpp (d a power of
- *   two ≤ 128).
+ *   one pass over the data: a Householder P is a row map that Λ applies as it loads each row
+ *   (kernels.hpp); other P go through an L1-resident block of rows.
+ * - DFT P with complex-phase Λ (Type 8): the FFT of encode_dft.hpp (d a power of two ≤ 128;
+ *   per row in registers at d = 64 on AVX-512 float, across rows otherwise).
  * - everything else (a user Λ, a complex P with another Λ, long double): the reference path,
  *   `enc.encode_features` row by row — never a silent miscomputation. `simd_encoder<E>::path`
  *   says which path a type takes, at compile time.
