@@ -241,8 +241,8 @@ LRPE_ALWAYS_INLINE void permute_row_registers(const T* x, const index_of_t<T>* i
 
 /**
  * y_r[j] = (x_r − 2(v·x_r)v)[idx_r[j]] for m rows, d = K vectors exactly (K ≤ 8): v in K
- * registers for all rows, each row loaded once, μ by one horizontal sum, then the register
- * permute — the Householder·permutation-power chain (Type 4) without reloading x or v.
+ * registers for all rows, x + μv formed in registers, then the register permute — the
+ * Householder·permutation-power chain (Type 4) without a scratch row or reloads of v.
  */
 template <int K, bool Stream, class Arch, class T>
 void reflect_permute_rows(const T* v, const index_of_t<T>* table, index_t tw, const T* x, index_t xs, T* y,
@@ -253,7 +253,35 @@ void reflect_permute_rows(const T* v, const index_of_t<T>* table, index_t tw, co
   typename ops::reg vv[K];
 #pragma GCC unroll 8
   for (int k = 0; k < K; ++k) vv[k] = ops::load(v + k * L, L);
-  for (index_t r = 0; r < m; ++r) {
+  index_t r = 0;
+  // Whole groups of L rows: their μ by one parallel horizontal add (`compat::haddp`, ~2 shuffles
+  // per row; the permute already saturates the shuffle port, measured ~8 % faster in L2 than a
+  // horizontal sum per row); x is read twice, the second time from L1.
+  using bt = xsimd::batch<T, Arch>;
+  for (; r + L <= m; r += L) {
+    bt acc[L];
+#pragma GCC unroll 16
+    for (index_t i = 0; i < L; ++i) {
+      const T* xr = x + (r + i) * xs;
+      typename ops::reg a = ops::fmadd(ops::load(xr, L), vv[0], typename ops::reg{});
+#pragma GCC unroll 8
+      for (int k = 1; k < K; ++k) a = ops::fmadd(ops::load(xr + k * L, L), vv[k], a);
+      acc[i] = bt(a);
+    }
+    alignas(64) T mus[L];
+    (T(-2) * compat::haddp(acc)).store_aligned(mus);
+    for (index_t i = 0; i < L; ++i) {
+      if (r + i + mapped_prefetch_rows < m) prefetch_row(x + (r + i + mapped_prefetch_rows) * xs, d);
+      const T* xr = x + (r + i) * xs;
+      typename ops::reg q[2 * Pairs];
+      const auto mu = ops::set1(mus[i]);
+#pragma GCC unroll 8
+      for (int k = 0; k < K; ++k) q[k] = ops::fmadd(mu, vv[k], ops::load(xr + k * L, L));
+      if constexpr (K < 2 * Pairs) q[K] = typename ops::reg{};
+      store_permuted<Pairs, Stream, Arch, T>(q, table + (r + i) * tw, y + (r + i) * ys, d);
+    }
+  }
+  for (; r < m; ++r) {  // the rest: one horizontal sum per row
     if (r + mapped_prefetch_rows < m) prefetch_row(x + (r + mapped_prefetch_rows) * xs, d);
     const T* xr = x + r * xs;
     typename ops::reg q[2 * Pairs];
