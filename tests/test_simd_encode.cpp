@@ -223,6 +223,18 @@ struct reverse_p {
 };
 }  // namespace
 
+TEST_CASE_TEMPLATE("simd Type 8 at d = 32, 64, 128 (the per-row FFT on AVX-512 float) == reference", T, float, double) {
+  lrpe::generator g(ref::seed(20261201) + 3);
+  for (index_t d : {32, 64, 128}) {
+    const lrpe::type8<T> t8(d);
+    for (index_t n : {1, 17, 300}) {
+      const pos_case pc = random_positions(g, n);
+      INFO("d = " << d << ", n = " << n);
+      CHECK(simd_vs_reference(t8, n, pc, g.next()) <= tol<T>(d));
+    }
+  }
+}
+
 TEST_CASE_TEMPLATE("simd: encoders without a SIMD kernel fall back and stay exact", T, float, double) {
   constexpr index_t d = 21, n = 17;
   const pos_case pc{false, 3, {}};

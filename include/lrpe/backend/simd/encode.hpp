@@ -14,7 +14,7 @@
  *   one pass over the data: a Householder P is a row map that Λ applies as it loads each row
  *   (kernels.hpp); other P go through an L1-resident block of rows.
  * - DFT P with complex-phase Λ (Type 8): the FFT of encode_dft.hpp (d a power of two ≤ 128;
- *   per row in registers at d = 64 on AVX-512 float, across rows otherwise).
+ *   per row in registers at d ∈ {32, 64, 128} on AVX-512 float, across rows otherwise).
  * - everything else (a user Λ, a complex P with another Λ, long double): the reference path,
  *   `enc.encode_features` row by row — never a silent miscomputation. `simd_encoder<E>::path`
  *   says which path a type takes, at compile time.

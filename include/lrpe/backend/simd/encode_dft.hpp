@@ -14,9 +14,9 @@
  * while writing [Re, Im] to the output. Widths that are not a power of two, or above
  * `max_dim`, take the reference path (docs/backends.md).
  *
- * "Horizontal" at d = 64 (AVX-512 float, phase on every bin): `row_fft64` keeps one row's 32
- * complex values in 4 registers and needs no transposes or scratch (measured 1.5× faster than
- * the vertical path at n = 8192).
+ * "Horizontal" at d ∈ {32, 64, 128} (AVX-512 float, phase on every bin): `row_fft` keeps one
+ * row's d/2 complex values in d/16 registers and needs no transposes or scratch (measured 1.5×
+ * faster than the vertical path at d = 64, n = 8192).
  */
 #pragma once
 
@@ -67,38 +67,7 @@ class dft_phase_kernel {
     scale_ = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d_)));
 #if defined(__AVX512F__)
     if constexpr (row_fft_arch) {
-      if (d_ == 64) {  // twiddle vectors of the per-row FFT (see row_fft64)
-        const auto w = [&](index_t t, float* re, float* im, int lane) {
-          re[lane] = tw_re_[static_cast<std::size_t>(t)];
-          im[lane] = tw_im_[static_cast<std::size_t>(t)];
-        };
-        for (int i = 0; i < 16; ++i) {
-          w(2 * i, h_.t16r, h_.t16i, i);                            // W_32^i
-          if (i & 8) w(4 * (i & 7), h_.t8r, h_.t8i, i);             // W_16^(i mod 8) on the upper 8
-          else h_.t8r[i] = 1, h_.t8i[i] = 0;
-          if (i & 4) w(8 * (i & 3), h_.t4r, h_.t4i, i);             // W_8^(i mod 4)
-          else h_.t4r[i] = 1, h_.t4i[i] = 0;
-          if (i & 2) w(16 * (i & 1), h_.t2r, h_.t2i, i);            // W_4^(i mod 2)
-          else h_.t2r[i] = 1, h_.t2i[i] = 0;
-          w(i, h_.wlor, h_.wloi, i);                                // W_64^k, k < 16
-          w(16 + i, h_.whir, h_.whii, i);                           // W_64^k, 16 ≤ k < 32
-        }
-        const auto rev5 = [](int k) {
-          int r = 0;
-          for (int bit = 0; bit < 5; ++bit) r |= ((k >> bit) & 1) << (4 - bit);
-          return r;
-        };
-        for (int i = 0; i < 16; ++i) {
-          h_.even[i] = 2 * i;
-          h_.odd[i] = 2 * i + 1;
-          h_.a_lo[i] = rev5(i);                        // Z_k, k < 16, from the bit-reversed result
-          h_.a_hi[i] = rev5(16 + i);
-          h_.b_lo[i] = rev5((32 - i) & 31);            // Z_{(32 − k) mod 32}
-          h_.b_hi[i] = rev5((32 - 16 - i) & 31);
-          h_.m2[i] = i == 0 ? 0 : 16 + (16 - i);       // bin 32 + i = conj X_{32−i} (lane 0: X_32)
-          h_.m3[i] = i == 0 ? 16 : 16 - i;             // bin 48 + i = conj X_{16−i}
-        }
-      }
+      if (d_ == 32 || d_ == 64 || d_ == 128) build_row_fft();
     }
 #endif
   }
@@ -120,9 +89,10 @@ class dft_phase_kernel {
                   T* y, index_t y_stride) const noexcept {
 #if defined(__AVX512F__)
     if constexpr (row_fft_arch) {
-      if (d_ == 64 && phase_.e_ == d_) {
-        for (index_t r = 0; r < m; ++r) row_fft64<Stream>(x + r * x_stride, table + r * table_width, y + r * y_stride);
-        return;
+      if (phase_.e_ == d_) {
+        if (d_ == 32) return row_fft_rows<1, Stream>(x, x_stride, m, table, table_width, y, y_stride);
+        if (d_ == 64) return row_fft_rows<2, Stream>(x, x_stride, m, table, table_width, y, y_stride);
+        if (d_ == 128) return row_fft_rows<4, Stream>(x, x_stride, m, table, table_width, y, y_stride);
       }
     }
 #endif
@@ -295,23 +265,65 @@ class dft_phase_kernel {
  private:
 #if defined(__AVX512F__)
   static constexpr bool row_fft_arch = std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, Arch>;
-  /// Twiddle vectors and lane-index vectors of `row_fft64` (built once, for d = 64).
-  struct horizontal {
-    alignas(64) float t16r[16], t16i[16], t8r[16], t8i[16], t4r[16], t4i[16], t2r[16], t2i[16];
-    alignas(64) float wlor[16], wloi[16], whir[16], whii[16];
-    alignas(64) std::int32_t even[16], odd[16], a_lo[16], a_hi[16], b_lo[16], b_hi[16], m2[16], m3[16];
+  /// Twiddle and lane-index vectors of `row_fft` (built once, for d = 32·NV, NV ∈ {1, 2, 4}).
+  struct alignas(64) horizontal {  // every 16-lane row on its own cache line
+    float cross_r[3][16], cross_i[3][16];  // stages across vectors: W_2S^(16j + lane), per (S, j)
+    float t8r[16], t8i[16], t4r[16], t4i[16], t2r[16], t2i[16];  // stages inside a vector
+    float wr[4][16], wi[4][16];           // W_d^k, k = 16q + lane < d/2 (the real split)
+    std::int32_t even[16], odd[16];       // deinterleave of z_n = x_2n + i·x_2n+1
+    std::int32_t a[4][16], bsrc[4][16];   // flat positions of Z_k and Z_{(M − k) mod M}
+    std::int32_t up[4][16];               // flat position of X_{M − i} for the bin M + i
   };
 
-  static __m512i ld(const std::int32_t* p) noexcept { return _mm512_load_si512(p); }
+  void build_row_fft() {
+    const index_t M = d_ / 2, nv = M / 16;
+    int bits = 0;
+    while ((index_t{1} << bits) < M) ++bits;
+    const auto rev = [&](index_t k) {
+      index_t r = 0;
+      for (int bit = 0; bit < bits; ++bit) r |= ((k >> bit) & 1) << (bits - 1 - bit);
+      return static_cast<std::int32_t>(r);
+    };
+    const auto w = [&](index_t t, float& re, float& im) {
+      re = tw_re_[static_cast<std::size_t>(t)];
+      im = tw_im_[static_cast<std::size_t>(t)];
+    };
+    int c = 0;  // cross stages: span S = 16t for t = nv/2, …, 1; pairs (j, j + t), j < t
+    for (index_t t = nv / 2; t >= 1; t /= 2)
+      for (index_t j = 0; j < t; ++j, ++c)
+        for (int l = 0; l < 16; ++l) w((16 * j + l) * (d_ / (2 * 16 * t)), h_.cross_r[c][l], h_.cross_i[c][l]);
+    for (int l = 0; l < 16; ++l) {
+      const auto in_vector = [&](int span, float* re, float* im) {  // W_{2·span}^(l mod span) on the upper lanes
+        if (l & span) w((l & (span - 1)) * (d_ / (2 * span)), re[l], im[l]);
+        else re[l] = 1, im[l] = 0;
+      };
+      in_vector(8, h_.t8r, h_.t8i);
+      in_vector(4, h_.t4r, h_.t4i);
+      in_vector(2, h_.t2r, h_.t2i);
+      h_.even[l] = 2 * l;
+      h_.odd[l] = 2 * l + 1;
+      for (index_t q = 0; q < nv; ++q) {
+        const index_t k = 16 * q + l;
+        w(k, h_.wr[q][l], h_.wi[q][l]);
+        h_.a[q][l] = rev(k);
+        h_.bsrc[q][l] = rev((M - k) & (M - 1));
+        h_.up[q][l] = static_cast<std::int32_t>(k == 0 ? 0 : M - k);  // lane 0 of q = 0: X_M (set apart)
+      }
+    }
+  }
+
+  // Unaligned loads: correct even where the kernel's storage is not over-aligned (same speed
+  // when it is).
+  static __m512i ld(const std::int32_t* p) noexcept { return _mm512_loadu_si512(p); }
   /// (r, i) ← (r, i)·(wr, wi).
   static void cmul(__m512& r, __m512& i, const float* wr, const float* wi) noexcept {
-    const __m512 a = _mm512_load_ps(wr), c = _mm512_load_ps(wi);
+    const __m512 a = _mm512_loadu_ps(wr), c = _mm512_loadu_ps(wi);
     const __m512 nr = _mm512_fmsub_ps(r, a, _mm512_mul_ps(i, c));
     i = _mm512_fmadd_ps(r, c, _mm512_mul_ps(i, a));
     r = nr;
   }
   /// One decimation-in-frequency stage inside each vector: lanes l and l ^ s (bit s of l set:
-  /// the lower input minus the upper, times the stage's twiddle; clear: the sum).
+  /// the lower input minus the upper, to be multiplied by the stage's twiddle; clear: the sum).
   template <int Shuffle>
   static void dif_in_vector(__m512& r, __m512& i, __mmask16 upper) noexcept {
     const auto swap = [](__m512 v) {
@@ -324,75 +336,116 @@ class dft_phase_kernel {
     r = _mm512_mask_sub_ps(_mm512_add_ps(r, tr), upper, tr, r);
     i = _mm512_mask_sub_ps(_mm512_add_ps(i, ti), upper, ti, i);
   }
+  /// Lane l = v[idx[l]] for a flat index into NV registers of 16 lanes.
+  template <int NV>
+  static __m512 pick(const __m512* v, __m512i idx) noexcept {
+    if constexpr (NV == 1) {
+      return _mm512_permutexvar_ps(idx, v[0]);
+    } else if constexpr (NV == 2) {
+      return _mm512_permutex2var_ps(v[0], idx, v[1]);
+    } else {
+      const __m512 lo = _mm512_permutex2var_ps(v[0], idx, v[1]), hi = _mm512_permutex2var_ps(v[2], idx, v[3]);
+      return _mm512_mask_mov_ps(lo, _mm512_cmpge_epi32_mask(idx, _mm512_set1_epi32(32)), hi);
+    }
+  }
 
   /**
-   * Type 8 at d = 64 for one row, horizontally (AVX-512 float): the row's 32 complex values
-   * z_n = x_2n + i·x_2n+1 stay in 4 registers (real and imaginary parts, 16 lanes each) through
-   * a radix-2 decimation-in-frequency FFT (the first stage across the two vectors, the other
-   * four inside each vector by lane swaps and masked subtracts), the real-input split reads Z_k
-   * and Z_{32−k} straight out of the bit-reversed result by two-source lane permutes, the
-   * conjugate-symmetric upper bins likewise, then the phase and the stores. No transposes and
-   * no scratch: ~200 vector operations per row, and each row's stores go out as soon as it is
-   * done.
+   * Type 8 at d = 32·NV (NV ∈ {1, 2, 4}) for one row, horizontally (AVX-512 float): the row's
+   * M = d/2 complex values z_n = x_2n + i·x_2n+1 stay in 2·NV registers (real and imaginary
+   * parts, 16 lanes each) through a radix-2 decimation-in-frequency FFT (stages of span ≥ 16
+   * across vectors, the last four inside each vector by lane swaps and masked subtracts); the
+   * real-input split reads Z_k and Z_{M−k} straight out of the bit-reversed result by lane
+   * permutes, the conjugate-symmetric bins M … d − 1 likewise; then the phase and the stores.
+   * No transposes and no scratch, and each row's stores go out as soon as it is done.
    */
-  template <bool Stream>
-  void row_fft64(const T* x, const T* table, T* y) const noexcept {
+  template <int NV, bool Stream>
+  void row_fft_rows(const T* x, index_t x_stride, index_t m, const T* table, index_t table_width, T* y,
+                    index_t y_stride) const noexcept {
+    for (index_t r = 0; r < m; ++r) row_fft<NV, Stream>(x + r * x_stride, table + r * table_width, y + r * y_stride);
+  }
+  template <int NV, bool Stream>
+  LRPE_ALWAYS_INLINE void row_fft(const T* x, const T* table, T* y) const noexcept {
+    constexpr index_t M = 16 * NV, d = 2 * M;
     const horizontal& h = h_;
     const __m512 sc = _mm512_set1_ps(scale_);
-    const __m512 x0 = _mm512_mul_ps(_mm512_loadu_ps(x), sc), x1 = _mm512_mul_ps(_mm512_loadu_ps(x + 16), sc);
-    const __m512 x2 = _mm512_mul_ps(_mm512_loadu_ps(x + 32), sc), x3 = _mm512_mul_ps(_mm512_loadu_ps(x + 48), sc);
-    __m512 lr = _mm512_permutex2var_ps(x0, ld(h.even), x1), li = _mm512_permutex2var_ps(x0, ld(h.odd), x1);
-    __m512 hr = _mm512_permutex2var_ps(x2, ld(h.even), x3), hi = _mm512_permutex2var_ps(x2, ld(h.odd), x3);
-    {  // stage 16: z_j ± z_{j+16}, the difference times W_32^j
-      const __m512 sr = _mm512_add_ps(lr, hr), si = _mm512_add_ps(li, hi);
-      hr = _mm512_sub_ps(lr, hr);
-      hi = _mm512_sub_ps(li, hi);
-      lr = sr;
-      li = si;
-      cmul(hr, hi, h.t16r, h.t16i);
+    __m512 zr[NV], zi[NV];
+#pragma GCC unroll 4
+    for (int q = 0; q < NV; ++q) {
+      const __m512 a = _mm512_mul_ps(_mm512_loadu_ps(x + 32 * q), sc);
+      const __m512 c = _mm512_mul_ps(_mm512_loadu_ps(x + 32 * q + 16), sc);
+      zr[q] = _mm512_permutex2var_ps(a, ld(h.even), c);
+      zi[q] = _mm512_permutex2var_ps(a, ld(h.odd), c);
     }
-    dif_in_vector<8>(lr, li, 0xFF00);
-    dif_in_vector<8>(hr, hi, 0xFF00);
-    cmul(lr, li, h.t8r, h.t8i);
-    cmul(hr, hi, h.t8r, h.t8i);
-    dif_in_vector<4>(lr, li, 0xF0F0);
-    dif_in_vector<4>(hr, hi, 0xF0F0);
-    cmul(lr, li, h.t4r, h.t4i);
-    cmul(hr, hi, h.t4r, h.t4i);
-    dif_in_vector<2>(lr, li, 0xCCCC);
-    dif_in_vector<2>(hr, hi, 0xCCCC);
-    cmul(lr, li, h.t2r, h.t2i);
-    cmul(hr, hi, h.t2r, h.t2i);
-    dif_in_vector<1>(lr, li, 0xAAAA);  // W_2^0 = 1
-    dif_in_vector<1>(hr, hi, 0xAAAA);
-    // Lane p of (lo, hi) holds Z_rev(p). Split: A = Z_k, B = Z_{32−k} for k = 0 … 31.
+    int stage = 0;
+#pragma GCC unroll 2
+    for (int t = NV / 2; t >= 1; t /= 2) {  // spans 16t: vectors j and j + t of each block of 2t
+#pragma GCC unroll 2
+      for (int j = 0; j < t; ++j, ++stage) {
+#pragma GCC unroll 2
+        for (int blk = 0; blk < NV; blk += 2 * t) {
+          __m512& ar = zr[blk + j];
+          __m512& ai = zi[blk + j];
+          __m512& br = zr[blk + j + t];
+          __m512& bi = zi[blk + j + t];
+          const __m512 sr = _mm512_add_ps(ar, br), si = _mm512_add_ps(ai, bi);
+          br = _mm512_sub_ps(ar, br);
+          bi = _mm512_sub_ps(ai, bi);
+          ar = sr;
+          ai = si;
+          cmul(br, bi, h.cross_r[stage], h.cross_i[stage]);
+        }
+      }
+    }
+    // Stage by stage over the NV vectors (independent chains side by side for the scheduler).
+#pragma GCC unroll 4
+    for (int q = 0; q < NV; ++q) dif_in_vector<8>(zr[q], zi[q], 0xFF00);
+#pragma GCC unroll 4
+    for (int q = 0; q < NV; ++q) cmul(zr[q], zi[q], h.t8r, h.t8i);
+#pragma GCC unroll 4
+    for (int q = 0; q < NV; ++q) dif_in_vector<4>(zr[q], zi[q], 0xF0F0);
+#pragma GCC unroll 4
+    for (int q = 0; q < NV; ++q) cmul(zr[q], zi[q], h.t4r, h.t4i);
+#pragma GCC unroll 4
+    for (int q = 0; q < NV; ++q) dif_in_vector<2>(zr[q], zi[q], 0xCCCC);
+#pragma GCC unroll 4
+    for (int q = 0; q < NV; ++q) cmul(zr[q], zi[q], h.t2r, h.t2i);
+#pragma GCC unroll 4
+    for (int q = 0; q < NV; ++q) dif_in_vector<1>(zr[q], zi[q], 0xAAAA);  // W_2^0 = 1
+    // Flat position p holds Z_rev(p). Split, k = 16q + lane: A = Z_k, B = Z_{M−k}.
     const __m512 half = _mm512_set1_ps(0.5f);
-    __m512 xr[2], xi[2], d0;
-    for (int q = 0; q < 2; ++q) {
-      const __m512i ai = ld(q ? h.a_hi : h.a_lo), bi = ld(q ? h.b_hi : h.b_lo);
-      const __m512 ar = _mm512_permutex2var_ps(lr, ai, hr), aim = _mm512_permutex2var_ps(li, ai, hi);
-      const __m512 br = _mm512_permutex2var_ps(lr, bi, hr), bim = _mm512_permutex2var_ps(li, bi, hi);
+    __m512 xr[NV], xi[NV], xm;
+#pragma GCC unroll 4
+    for (int q = 0; q < NV; ++q) {
+      const __m512i ai = ld(h.a[q]), bi = ld(h.bsrc[q]);
+      const __m512 ar = pick<NV>(zr, ai), aim = pick<NV>(zi, ai);
+      const __m512 br = pick<NV>(zr, bi), bim = pick<NV>(zi, bi);
       const __m512 er = _mm512_mul_ps(half, _mm512_add_ps(ar, br)), ei = _mm512_mul_ps(half, _mm512_sub_ps(aim, bim));
       __m512 orr = _mm512_mul_ps(half, _mm512_add_ps(aim, bim)), oi = _mm512_mul_ps(half, _mm512_sub_ps(br, ar));
-      if (q == 0) d0 = _mm512_sub_ps(er, orr);  // lane 0: X_32 = Re Z_0 − Im Z_0
-      cmul(orr, oi, q ? h.whir : h.wlor, q ? h.whii : h.wloi);
+      if (q == 0) xm = _mm512_sub_ps(er, orr);  // lane 0: X_M = Re Z_0 − Im Z_0
+      cmul(orr, oi, h.wr[q], h.wi[q]);
       xr[q] = _mm512_add_ps(er, orr);
       xi[q] = _mm512_add_ps(ei, oi);
     }
-    // Bins 32 … 63: X_32, then conj X_{31} … conj X_1.
-    const __m512 zero = _mm512_setzero_ps();
-    const __m512 r2 = _mm512_mask_mov_ps(_mm512_permutex2var_ps(xr[0], ld(h.m2), xr[1]), 0x1, d0);
-    const __m512 i2 = _mm512_mask_mov_ps(_mm512_sub_ps(zero, _mm512_permutex2var_ps(xi[0], ld(h.m2), xi[1])), 0x1, zero);
-    const __m512 r3 = _mm512_permutex2var_ps(xr[0], ld(h.m3), xr[1]);
-    const __m512 i3 = _mm512_sub_ps(zero, _mm512_permutex2var_ps(xi[0], ld(h.m3), xi[1]));
-    const __m512 br[4] = {xr[0], xr[1], r2, r3}, bim[4] = {xi[0], xi[1], i2, i3};
     const T* c = table;
-    const T* s = table + 64;
-#pragma GCC unroll 4
-    for (int q = 0; q < 4; ++q) {
+    const T* s = table + d;
+    const auto out = [&](int q, __m512 re, __m512 im) LRPE_ALWAYS_INLINE_LAMBDA {  // bins 16q … 16q + 15
       const __m512 cv = _mm512_loadu_ps(c + 16 * q), sv = _mm512_loadu_ps(s + 16 * q);
-      store<Stream>(b(_mm512_fmsub_ps(br[q], cv, _mm512_mul_ps(bim[q], sv))), y + 16 * q);
-      store<Stream>(b(_mm512_fmadd_ps(br[q], sv, _mm512_mul_ps(bim[q], cv))), y + 64 + 16 * q);
+      store<Stream>(b(_mm512_fmsub_ps(re, cv, _mm512_mul_ps(im, sv))), y + 16 * q);
+      store<Stream>(b(_mm512_fmadd_ps(re, sv, _mm512_mul_ps(im, cv))), y + d + 16 * q);
+    };
+#pragma GCC unroll 4
+    for (int q = 0; q < NV; ++q) out(q, xr[q], xi[q]);
+    // Bins M + i: X_M at i = 0, then conj X_{M−i}.
+    const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int q = 0; q < NV; ++q) {
+      const __m512i ui = ld(h.up[q]);
+      __m512 re = pick<NV>(xr, ui), im = _mm512_sub_ps(zero, pick<NV>(xi, ui));
+      if (q == 0) {
+        re = _mm512_mask_mov_ps(re, 0x1, xm);
+        im = _mm512_mask_mov_ps(im, 0x1, zero);
+      }
+      out(NV + q, re, im);
     }
   }
   horizontal h_{};
