@@ -82,8 +82,9 @@ inline void store(const xsimd::batch<T, Arch>& v, T* p) noexcept {
 
 /**
  * A row map is a P of the form P x = x + μ(x)·v (μ a scalar per row) that a Λ kernel applies
- * as it loads each row, so that Λ never reads a P-transformed copy: x is read once, into
- * registers, as for P = I. `begin_rows(x, xs, cnt, st)` computes the states (μ) of up to
+ * as it loads each row, so that no P-transformed copy of the row is written or read back:
+ * x + μv is formed in registers (μ's dot product reads the row first; the second read hits
+ * L1). `begin_rows(x, xs, cnt, st)` computes the states (μ) of up to
  * `rows_per_begin` rows at once (a Householder map sums `rows_per_begin` dot products with
  * one parallel horizontal add); `map(st, j, xv)` maps the vector of features j … j + w − 1
  * and `map1(st, j, x_j)` one feature. `for_each_mapped_row` drives it. `identity_map` is
