@@ -128,7 +128,7 @@ TEST_CASE_TEMPLATE("simd encode == reference for every preset (random n, d, posi
       CHECK(err <= tol<T>(d));
     }
   }
-  // Every preset takes a SIMD path (Type 8: d a power of two up to 128).
+  // Every preset takes a SIMD path (Type 8: d a power of two up to 256).
   static_assert(lrpe::simd_encoder<E>::path != lrpe::simd_path::reference);
   CHECK(lrpe::simd_encoder<E>(make<E>(64)).vectorised());
 }
@@ -254,7 +254,7 @@ TEST_CASE_TEMPLATE("simd: encoders without a SIMD kernel fall back and stay exac
   // Type 8 at widths the row FFT does not take: per-call fallback to the same scalar code. Not
   // bit for bit: the two inlined copies of the scalar FFT may differ by an ulp in GCC's default
   // -ffp-contract=fast (which products it fuses into FMAs); any real fault is O(1).
-  for (index_t dd : {12, 256}) {
+  for (index_t dd : {12, 512}) {
     const lrpe::type8<T> t8(dd);
     CHECK(!lrpe::simd_encoder<lrpe::type8<T>>(t8).vectorised());
     CHECK(simd_vs_reference(t8, n, pc, 4) <= 4 * std::numeric_limits<T>::epsilon());

@@ -13,7 +13,7 @@
  *   included), DCT or a real dense matrix, applied by its own `apply` otherwise. P and Λ run in
  *   one pass over the data: a Householder P is a row map that Λ applies as it loads each row
  *   (kernels.hpp); other P go through an L1-resident block of rows.
- * - DFT P with complex-phase Λ (Type 8): the FFT of encode_dft.hpp (d a power of two ≤ 128;
+ * - DFT P with complex-phase Λ (Type 8): the FFT of encode_dft.hpp (d a power of two ≤ 256;
  *   per row in registers at d ∈ {32, 64, 128} on AVX-512 float, across rows otherwise).
  * - everything else (a user Λ, a complex P with another Λ, long double): the reference path,
  *   `enc.encode_features` row by row — never a silent miscomputation. `simd_encoder<E>::path`
@@ -260,7 +260,7 @@ class simd_encoder {
   /// measured 25 % slower at n = 8192 from the 32 streams restarting every 16 KiB).
   static constexpr std::size_t table_bytes = 128 * 1024;
   static constexpr index_t max_block = 256;
-  /// The FFT path's table stays on the stack (d ≤ 128: ≤ 1 KiB per row).
+  /// Table budget of the FFT path (blocks of 16–64 rows: L1/L2-resident next to the scratch).
   static constexpr std::size_t fft_table_bytes = 32 * 1024;
 
   /// Rows per position block for a table row of `row_bytes` bytes (≥ 1).
@@ -404,10 +404,12 @@ class simd_encoder {
     const index_t tw = lk.table_width();
     constexpr index_t lanes = dft_kernel::lanes;
     const std::size_t row_bytes = static_cast<std::size_t>(tw) * sizeof(scalar);
-    alignas(64) unsigned char stack[fft_table_bytes];
-    scalar* table = reinterpret_cast<scalar*>(stack);
-    // d ≤ 128 here, so a table row is ≤ 1 KiB; blocks are whole groups of `lanes` rows.
+    // Blocks are whole groups of `lanes` rows; the table and the FFT's scratch live in the
+    // thread's grow-only workspace (nothing large on the stack at any d ≤ 256).
     const index_t block = std::max<index_t>(lanes, block_rows(row_bytes, fft_table_bytes) / lanes * lanes);
+    auto& ws = backend::simd_workspace::this_thread();
+    scalar* table = ws.get<scalar>(backend::simd_workspace::encode_table, block * tw);
+    scalar* scratch = ws.get<scalar>(backend::simd_workspace::encode_rows, dft_kernel::scratch_size(enc_->dim()));
     detail::small_buffer<double> c(lk.angle_count()), s(lk.angle_count());
     const bool stream = out_bytes(count, rows) >= static_cast<double>(stream_threshold_);
     bool streamed = false;
@@ -424,11 +426,11 @@ class simd_encoder {
           streamed = true;
           for (index_t g = 0; g < m; g += lanes)
             dft_->template apply_rows<true>(jb.x.row(r0 + g), jb.x.row_stride, std::min(lanes, m - g), table + g * tw,
-                                            tw, jb.out.row(r0 + g), jb.out.row_stride);
+                                            tw, jb.out.row(r0 + g), jb.out.row_stride, scratch);
         } else {
           for (index_t g = 0; g < m; g += lanes)
             dft_->apply_rows(jb.x.row(r0 + g), jb.x.row_stride, std::min(lanes, m - g), table + g * tw, tw,
-                             jb.out.row(r0 + g), jb.out.row_stride);
+                             jb.out.row(r0 + g), jb.out.row_stride, scratch);
         }
       }
     }

@@ -40,8 +40,12 @@ class dft_phase_kernel {
 
  public:
   static constexpr index_t lanes = static_cast<index_t>(b::size);
-  /// Largest d with a SIMD path (the group's working set, 2·d·lanes scalars, stays on the stack).
-  static constexpr index_t max_dim = 128;
+  /// Largest d with a SIMD path.
+  static constexpr index_t max_dim = 256;
+  /// Scalars of caller-provided scratch `apply_rows` needs for width d (the group's bins and
+  /// its row-major block: 4·d·lanes; 64 KiB at d = 256). The driver takes it from the
+  /// thread's `simd_workspace`, so the stack stays small at any d.
+  static constexpr index_t scratch_size(index_t d) noexcept { return 4 * d * lanes; }
 
   /// True when this kernel handles width d (a power of two in [2, max_dim]).
   static constexpr bool supports(index_t d) noexcept { return d >= 2 && d <= max_dim && (d & (d - 1)) == 0; }
@@ -86,7 +90,7 @@ class dft_phase_kernel {
    */
   template <bool Stream = false>
   void apply_rows(const T* x, index_t x_stride, index_t m, const T* table, index_t table_width,
-                  T* y, index_t y_stride) const noexcept {
+                  T* y, index_t y_stride, T* scratch) const noexcept {
 #if defined(__AVX512F__)
     if constexpr (row_fft_arch) {
       if (phase_.e_ == d_) {
@@ -96,9 +100,9 @@ class dft_phase_kernel {
       }
     }
 #endif
-    alignas(64) T re[max_dim * lanes];
-    alignas(64) T im[max_dim * lanes];
     const index_t d = d_;
+    T* re = scratch;  // bins, slot-major: slot k at re + k·lanes (64-byte aligned: workspace)
+    T* im = scratch + d * lanes;
     const b sc(scale_);
     const b zero(T(0));
     // Real input: one M = d/2-point complex FFT of z_n = x_2n + i·x_2n+1 (vectorised over
@@ -233,7 +237,7 @@ class dft_phase_kernel {
     // Bins to a row-major block (row r: re[d], im[d]): in-register transposes where the arch
     // has them, else a scalar transpose through L1 (faster than vector scatters, which are
     // microcoded on AMD Zen 4); then the phase row by row.
-    alignas(64) T rows[2 * max_dim * lanes];
+    T* rows = scratch + 2 * d * lanes;
     if (fast_transpose()) {
       b v[lanes];
       for (const T* src : {re, im}) {

@@ -44,7 +44,7 @@ class simd_workspace {
     state,       ///< linear attention: S (d_f × d_v) and z
     chunk,       ///< linear attention: one chunk's scaled values / weights
     encode_table,  ///< simd_encoder: the per-position table of one block of positions
-    encode_rows,   ///< simd_encoder: P's output rows of a fused chain's sub-block
+    encode_rows,   ///< simd_encoder: P's output rows of a fused chain's sub-block, or the Type 8 FFT's scratch
     slot_count
   };
 
