@@ -90,9 +90,9 @@ double anchor_for(lrpe::index_t n) { return n >= 4096 ? g_stream_bw : g_l3_bw; }
 /// Q and K (BNSH, batch 1) with their outputs.
 struct qk_data {
   lrpe::row_matrix<float> q, k, qo, ko;
-  qk_data(lrpe::index_t n, lrpe::index_t f)
-      : q(lrpe::row_matrix<float>::Random(heads * n, dim)),
-        k(lrpe::row_matrix<float>::Random(heads * n, dim)),
+  qk_data(lrpe::index_t n, lrpe::index_t f, lrpe::index_t d = dim)
+      : q(lrpe::row_matrix<float>::Random(heads * n, d)),
+        k(lrpe::row_matrix<float>::Random(heads * n, d)),
         qo(lrpe::row_matrix<float>::Zero(heads * n, f)),
         ko(lrpe::row_matrix<float>::Zero(heads * n, f)) {}
   double bytes() const {
@@ -103,9 +103,9 @@ struct qk_data {
 template <class E, class Backend>
 void encode_qk_bench(benchmark::State& state, const E& enc, Backend) {
   const auto n = static_cast<lrpe::index_t>(state.range(0));
-  qk_data m(n, enc.feature_dim());
-  const auto qv = lrpe::bnsh<const float>(m.q.data(), 1, heads, n, dim);
-  const auto kv = lrpe::bnsh<const float>(m.k.data(), 1, heads, n, dim);
+  qk_data m(n, enc.feature_dim(), enc.dim());
+  const auto qv = lrpe::bnsh<const float>(m.q.data(), 1, heads, n, enc.dim());
+  const auto kv = lrpe::bnsh<const float>(m.k.data(), 1, heads, n, enc.dim());
   const auto qo = lrpe::bnsh(m.qo.data(), 1, heads, n, enc.feature_dim());
   const auto ko = lrpe::bnsh(m.ko.data(), 1, heads, n, enc.feature_dim());
   if constexpr (std::is_same_v<Backend, lrpe::backend::reference>) {
@@ -144,6 +144,11 @@ void dft_phase_type8(benchmark::State& s) { encode_qk_bench(s, lrpe::type8<float
 void reference_rope_interleaved(benchmark::State& s) { encode_qk_bench(s, lrpe::rope_gptj<float>(dim), reference{}); }
 void reference_type1(benchmark::State& s) { encode_qk_bench(s, lrpe::type1<float>(dim), reference{}); }
 void reference_type8(benchmark::State& s) { encode_qk_bench(s, lrpe::type8<float>(dim), reference{}); }
+// Other head widths of Type 8: the per-row FFT (d = 128) and the across-rows FFT (d = 256).
+void dft_phase_type8_d128(benchmark::State& s) { encode_qk_bench(s, lrpe::type8<float>(128), simd{}); }
+void dft_phase_type8_d256(benchmark::State& s) { encode_qk_bench(s, lrpe::type8<float>(256), simd{}); }
+void reference_type8_d128(benchmark::State& s) { encode_qk_bench(s, lrpe::type8<float>(128), reference{}); }
+void reference_type8_d256(benchmark::State& s) { encode_qk_bench(s, lrpe::type8<float>(256), reference{}); }
 
 void dispatch_rope_split_half(benchmark::State& state) {
   const auto n = static_cast<lrpe::index_t>(state.range(0));
@@ -175,5 +180,10 @@ LRPE_QK(reference_rope_interleaved);
 LRPE_QK(reference_type1);
 LRPE_QK(reference_type8);
 LRPE_QK(dispatch_rope_split_half);
+#define LRPE_QK_WIDE(f) BENCHMARK(f)->Arg(2048)->Arg(512)->UseManualTime()->Unit(benchmark::kMicrosecond)
+LRPE_QK_WIDE(dft_phase_type8_d128);
+LRPE_QK_WIDE(dft_phase_type8_d256);
+LRPE_QK_WIDE(reference_type8_d128);
+LRPE_QK_WIDE(reference_type8_d256);
 
 BENCHMARK_MAIN();
