@@ -5,10 +5,11 @@
  *
  * - non-causal: S = K̃ᵀV (blocks of 256 keys) and z = Σ k̃, then out = Q̃·S [/ max(Q̃·z, eps)]:
  *   two register-blocked GEMM-like passes (`pv_micro`);
- * - causal, by chunks of `chunk` query rows: keys at positions ≤ the chunk's first query
+ * - causal, by chunks of `chunk` query rows: keys at positions before the chunk's first query
  *   position are folded into the d_f×d_v state S (kept in the workspace, i.e. in cache) with
  *   weights λ^{p′−t}; the chunk's queries get λ^{s−p}·q̃·S from the state plus an intra-chunk
- *   product A = (Q̃ K̃ᵀ ⊙ mask ⊙ λ^{s−t})·V, A by the packed-K micro-kernel of softmax. Every
+ *   product A = (Q̃ K̃ᵀ ⊙ mask ⊙ λ^{s−t})·V, A by the packed-K micro-kernel of softmax, formed
+ *   and applied only over each row group's visible key prefix when keys are offsets. Every
  *   decay exponent is ≥ 0; chunk-local powers come from a table of λ^Δ, Δ ≥ 0.
  *
  * The state leaves with every key of the call (`linear_attention_state`, as the reference).
@@ -195,6 +196,7 @@ struct linear_run {
     const index_t nq = p.qf.rows, nk = p.kf.rows;
     const index_t bc = std::max<index_t>(1, p.chunk);
     const index_t bcp = round_up(bc, R);
+    const bool normalise = p.norm == normalisation::denominator;
     T* acc = ws.get<T>(simd_workspace::o_tile, bcp * dvp);
     T* den = ws.get<T>(simd_workspace::row_stats, 2 * bcp + 4 * (bc + BK) + 8);
     T* qt = ws.get<T>(simd_workspace::q_tile, bcp * f);
@@ -211,8 +213,11 @@ struct linear_run {
     for (index_t i0 = 0; i0 < nq; i0 += bc) {
       const index_t i1 = std::min(nq, i0 + bc), bq = i1 - i0, bqp = round_up(bq, R);
       const position_t lo = qp[i0], hi = qp[i1 - 1];
+      // Keys before the chunk's first query go into the state; the rest of the visible keys
+      // (positions in [lo, hi]) are the intra-chunk part. With positions as offsets and
+      // keys aligned to queries, that part is exactly the chunk's own rows: whole tiles.
       index_t kq = folded;
-      while (kq < nk && kp[kq] <= lo) ++kq;
+      while (kq < nk && kp[kq] < lo) ++kq;
       fold(folded, kq);
       folded = kq;
 
@@ -221,9 +226,8 @@ struct linear_run {
       if (count > 0) {
         gemm_rows<T, A>(bq, p.qf.row(i0), p.qf.row_stride, 1, S, dvp, f, acc);
         for (index_t i = 0; i < bq; ++i) {
-          const T s = row_dot<T, A>(p.qf.row(i0 + i), z, f);
           const T w = static_cast<T>(decay_pow(lambda, qp[i0 + i] - last));
-          den[i] = w * s;
+          if (normalise) den[i] = w * row_dot<T, A>(p.qf.row(i0 + i), z, f);
           if (w != T(1))
             for (index_t c = 0; c < dvp; ++c) acc[i * dvp + c] *= w;
         }
@@ -231,57 +235,84 @@ struct linear_run {
 
       index_t ke = folded;
       while (ke < nk && kp[ke] <= hi) ++ke;
-      if (ke > folded) {
-        // Full groups of R query rows are read in place; the last partial group, zero-padded.
-        const index_t bq_full = bq / R * R;
-        for (index_t i = bq_full; i < bqp; ++i) {
-          if (i < bq) {
-            std::memcpy(qt + (i - bq_full) * f, p.qf.row(i0 + i), static_cast<std::size_t>(f) * sizeof(T));
-          } else {
-            std::fill(qt + (i - bq_full) * f, qt + (i - bq_full + 1) * f, T(0));
-          }
-        }
-        for (index_t j0 = folded; j0 < ke; j0 += BK) {
-          const index_t bk = std::min(BK, ke - j0);
-          pack_keys(j0, bk, kt);
-          for (index_t i = 0; i < bq_full; i += R)
-            qk_micro<R, T, A>(p.qf.row(i0 + i), p.qf.row_stride, kt, f, at + i * BK, BK);
-          if (bq_full < bqp) qk_micro<R, T, A>(qt, f, kt, f, at + bq_full * BK, BK);
-          // mask t ≤ s and weight λ^{s−t} (positions read once per tile)
-          position_t kpos[BK];
-          for (index_t j = 0; j < bk; ++j) kpos[j] = kp[j0 + j];
-          for (index_t i = 0; i < bq; ++i) {
-            const position_t s = qp[i0 + i];
-            T* arow = at + i * BK;
-            if (lambda == 1.0) {
-              for (index_t j = 0; j < bk; ++j) arow[j] = kpos[j] > s ? T(0) : arow[j];
-            } else {
-              for (index_t j = 0; j < bk; ++j) {
-                const position_t delta = s - kpos[j];
-                T a = delta < 0 ? T(0) : arow[j];
-                if (delta > 0) a *= delta < table_size ? pow_table[delta] : static_cast<T>(decay_pow(lambda, delta));
-                arow[j] = a;
-              }
-            }
-            den[i] += row_sum<T, A>(arow, bk);
-          }
-          // A·V over each group's visible key prefix (A is 0 past it; keys as offsets), so the
-          // masked upper triangle of the diagonal tile is not multiplied.
-          const T* vb = v_rows(j0, j0 + bk, nullptr);
-          T ones[R];
-          std::fill(ones, ones + R, T(1));
-          for (index_t i = 0; i < bq; i += R) {
-            const index_t rows = std::min(R, bq - i);
-            const index_t nk_g = kp.is_array() ? bk : visible_prefix(qp[i0 + i + rows - 1], kp[j0], bk);
-            if (nk_g == 0) continue;
-            if (rows == R) pv_rows<R, T, A>(at + i * BK, BK, 1, ones, vb, dvp, nk_g, acc + i * dvp);
-            else pv_remainder<R - 1, T, A>(rows, at + i * BK, BK, 1, ones, vb, dvp, nk_g, acc + i * dvp);
-          }
-        }
-      }
+      if (ke > folded) intra_chunk(i0, bq, bqp, folded, ke, acc, den, qt, kt, at, pow_table, table_size);
       write(i0, bq, acc, den);
     }
     fold(folded, nk);
+  }
+
+  /**
+   * acc += A·V and den += Σ_t A over keys [k_begin, k_end) for the chunk's query rows
+   * [i0, i0 + bq), A = Q̃K̃ᵀ ⊙ (t ≤ s) ⊙ λ^{s−t}. With key positions as offsets, each row sees
+   * a prefix of a key tile: Q̃K̃ᵀ is formed only over whole vectors of its row group's
+   * prefix, A·V only over the prefix.
+   */
+  void intra_chunk(index_t i0, index_t bq, index_t bqp, index_t k_begin, index_t k_end, T* acc, T* den, T* qt, T* kt,
+                   T* at, const T* pow_table, index_t table_size) {
+    using tl = softmax_tiling<T, A>;
+    constexpr index_t BK = tl::BK, R = tl::R;
+    const auto& qp = p.q_positions;
+    const auto& kp = p.k_positions;
+    const bool offsets = !kp.is_array();
+    const bool normalise = p.norm == normalisation::denominator;
+    // Full groups of R query rows are read in place; the last partial group, zero-padded.
+    const index_t bq_full = bq / R * R;
+    for (index_t i = bq_full; i < bqp; ++i) {
+      if (i < bq) {
+        std::memcpy(qt + (i - bq_full) * f, p.qf.row(i0 + i), static_cast<std::size_t>(f) * sizeof(T));
+      } else {
+        std::fill(qt + (i - bq_full) * f, qt + (i - bq_full + 1) * f, T(0));
+      }
+    }
+    T ones[R];
+    std::fill(ones, ones + R, T(1));
+    for (index_t j0 = k_begin; j0 < k_end; j0 += BK) {
+      const index_t bk = std::min(BK, k_end - j0);
+      pack_keys(j0, bk, kt);
+      const T* vb = v_rows(j0, j0 + bk, nullptr);
+      for (index_t i = 0; i < bq; i += R) {
+        const index_t rows = std::min(R, bq - i);
+        // keys of the tile visible to some row of the group (a prefix for offsets)
+        index_t nk_g = bk;
+        if (offsets) {
+          position_t g_max = qp[i0 + i];
+          for (index_t r = 1; r < rows; ++r) g_max = std::max(g_max, qp[i0 + i + r]);
+          nk_g = visible_prefix(g_max, kp[j0], bk);
+          if (nk_g == 0) continue;
+        }
+        T* ag = at + i * BK;
+        const T* qg = i < bq_full ? p.qf.row(i0 + i) : qt;
+        const index_t qs = i < bq_full ? p.qf.row_stride : f;
+        qk_micro_prefix<R, T, A>(nk_g, qg, qs, kt, f, ag, BK);
+        // mask t ≤ s and weight λ^{s−t}
+        for (index_t r = 0; r < rows; ++r) {
+          const position_t s = qp[i0 + i + r];
+          T* arow = ag + r * BK;
+          if (offsets) {
+            const index_t vis = visible_prefix(s, kp[j0], nk_g);
+            std::fill(arow + vis, arow + nk_g, T(0));
+            if (lambda != 1.0) {
+              const position_t delta0 = s - kp[j0];  // Δ of key j is delta0 − j ≥ 0 for j < vis
+              for (index_t j = 0; j < vis; ++j) {
+                const position_t delta = delta0 - j;
+                arow[j] *= delta < table_size ? pow_table[delta] : static_cast<T>(decay_pow(lambda, delta));
+              }
+            }
+          } else {
+            for (index_t j = 0; j < bk; ++j) {
+              const position_t delta = s - kp[j0 + j];
+              T a = delta < 0 ? T(0) : arow[j];
+              if (delta > 0 && lambda != 1.0)
+                a *= delta < table_size ? pow_table[delta] : static_cast<T>(decay_pow(lambda, delta));
+              arow[j] = a;
+            }
+          }
+          if (normalise) den[i + r] += row_sum<T, A>(arow, nk_g);
+        }
+        if (rows == R) pv_rows<R, T, A>(ag, BK, 1, ones, vb, dvp, nk_g, acc + i * dvp);
+        else pv_remainder<R - 1, T, A>(rows, ag, BK, 1, ones, vb, dvp, nk_g, acc + i * dvp);
+      }
+    }
   }
 };
 

@@ -113,13 +113,15 @@ inline xsimd::batch<T, A> exp2_nonpositive(xsimd::batch<T, A> x) noexcept {
 }
 
 /**
- * S[r][0:BK) = Σ_c q[r][c] · kp[c][0:BK) for r < R: q row-major (stride qs), kp a packed
- * key tile (d rows of BK keys, aligned), S row-major (stride ss, aligned).
+ * S[r][0:U·W) = Σ_c q[r][c] · kp[c][0:U·W) for r < R: q row-major (stride qs), kp a packed
+ * key tile (d rows of BK keys, aligned), S row-major (stride ss, aligned). U < the tile's
+ * vector count computes only the first U·W keys (a causal prefix).
  */
-template <index_t R, class T, class A>
+template <index_t R, class T, class A, index_t U = softmax_tiling<T, A>::U>
 inline void qk_micro(const T* q, index_t qs, const T* kp, index_t d, T* s, index_t ss) noexcept {
   using B = xsimd::batch<T, A>;
-  constexpr index_t W = B::size, U = softmax_tiling<T, A>::U, BK = U * W;
+  constexpr index_t W = B::size, BK = softmax_tiling<T, A>::BK;
+  static_assert(U >= 1 && U <= softmax_tiling<T, A>::U);
   B acc[R][U];
   LRPE_UNROLL
   for (index_t r = 0; r < R; ++r)
@@ -140,6 +142,19 @@ inline void qk_micro(const T* q, index_t qs, const T* kp, index_t d, T* s, index
   for (index_t r = 0; r < R; ++r)
     LRPE_UNROLL
     for (index_t u = 0; u < U; ++u) acc[r][u].store_aligned(s + r * ss + u * W);
+}
+
+/// `qk_micro` over the first `keys` keys of the tile only (rounded up to whole vectors; 0 < keys ≤ BK).
+template <index_t R, class T, class A>
+inline void qk_micro_prefix(index_t keys, const T* q, index_t qs, const T* kp, index_t d, T* s, index_t ss) noexcept {
+  constexpr index_t W = softmax_tiling<T, A>::W;
+  static_assert(softmax_tiling<T, A>::U == 4);
+  switch ((keys + W - 1) / W) {
+    case 1: qk_micro<R, T, A, 1>(q, qs, kp, d, s, ss); break;
+    case 2: qk_micro<R, T, A, 2>(q, qs, kp, d, s, ss); break;
+    case 3: qk_micro<R, T, A, 3>(q, qs, kp, d, s, ss); break;
+    default: qk_micro<R, T, A, 4>(q, qs, kp, d, s, ss); break;
+  }
 }
 
 /**
