@@ -298,8 +298,13 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
       group_keys[g] = n_vis;
     }
 
-    for (index_t i = 0; i < bqp; i += R)
-      if (group_keys[i / R] > 0) qk_micro<R, T, A>(qt + i * d, d, kp, d, st + i * BK, BK);
+    // With the mask on and keys as offsets, every key past a group's visible prefix is set to −∞
+    // below: S is formed only over the prefix's whole vectors (the diagonal tiles' upper half).
+    for (index_t i = 0; i < bqp; i += R) {
+      if (group_keys[i / R] == 0) continue;
+      if (mask && k_offsets) qk_micro_prefix<R, T, A>(group_keys[i / R], qt + i * d, d, kp, d, st + i * BK, BK);
+      else qk_micro<R, T, A>(qt + i * d, d, kp, d, st + i * BK, BK);
+    }
 
     if constexpr (has_bias) {
       if (offsets) {
