@@ -1,33 +1,31 @@
 #!/usr/bin/env python3
-"""Log-log plot of time vs n for softmax and linear attention (SIMD, reference, Eigen, PyTorch)
-from a bench_simd_attention JSON run and optionally torch_peer.py's JSON.
+"""Log-log plot of time vs n for softmax and linear attention (SIMD, reference, Eigen, PyTorch,
+ggml) from a bench_simd_attention JSON run and optionally torch_peer.py's and ggml_peer's JSON.
 
 Usage: build/venv/bin/python bench/plot.py build/simd_attention.json [build/torch_peer.json] \
-           --out docs/img/perf_attention.png
+           [--ggml build/ggml_peer.json] --out docs/img/perf_attention.png
 Needs matplotlib (bench-only; e.g. build/venv/bin/pip install matplotlib).
 """
 import argparse
-import json
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from summary import load_bench  # noqa: E402
+from summary import load_bench, load_peer  # noqa: E402
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("bench")
     ap.add_argument("torch", nargs="?")
+    ap.add_argument("--ggml")
     ap.add_argument("--out", default="docs/img/perf_attention.png")
     args = ap.parse_args()
     _, b = load_bench(args.bench)
-    torch_recs = {}
-    if args.torch:
-        for r in json.load(open(args.torch))["records"]:
-            torch_recs[(r["kernel"], r["n"], r["threads"])] = r["seconds"]
+    torch_recs = load_peer(args.torch)[0] if args.torch else {}
+    ggml_recs = load_peer(args.ggml)[0] if args.ggml else {}
 
     sizes = [512, 2048, 4096, 8192, 16384]
 
@@ -55,10 +53,13 @@ def main():
         xs, ys = series(fmt)
         if xs:
             ax.plot(xs, ys, style, color=color, marker="o", label=label)
-    for label, kern, color, style in (("softmax PyTorch SDPA", "softmax", "C5", "-"),
-                                      ("softmax PyTorch SDPA causal", "softmax_causal", "C5", "--"),
-                                      ("linear PyTorch chunked causal", "linear_causal", "C6", "--")):
-        pts = sorted((n, s * 1e3) for (k, n, thr), s in torch_recs.items() if k == kern and thr == 1)
+    for recs, label, kern, color, style in (
+            (torch_recs, "softmax PyTorch SDPA", "softmax", "C5", "-"),
+            (torch_recs, "softmax PyTorch SDPA causal", "softmax_causal", "C5", "--"),
+            (torch_recs, "linear PyTorch chunked causal", "linear_causal", "C6", "--"),
+            (ggml_recs, "softmax ggml flash attention", "softmax", "C7", "-"),
+            (ggml_recs, "softmax ggml flash attention causal", "softmax_causal", "C7", "--")):
+        pts = sorted((n, s * 1e3) for (k, n, thr), s in recs.items() if k == kern and thr == 1)
         if pts:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=color, marker="s", label=label)
     ax.set_xscale("log", base=2)

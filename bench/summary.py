@@ -5,11 +5,13 @@ Usage:
   build/release/bench/bench_simd_attention --benchmark_repetitions=3 \
       --benchmark_report_aggregates_only=true --benchmark_out=build/simd_attention.json
   build/venv/bin/python bench/torch_peer.py --out build/torch_peer.json
-  python3 bench/summary.py build/simd_attention.json [build/torch_peer.json] [--markdown]
+  bench/ggml_peer.sh --out build/ggml_peer.json
+  python3 bench/summary.py build/simd_attention.json [build/torch_peer.json] [--ggml build/ggml_peer.json] [--markdown]
 
 Times are medians over repetitions when the run has aggregates (else the mean of the runs),
 wall-clock (real_time). `frac_peak` is GFLOP/s over the in-run FMA anchor with the same number of
-threads. Checks against the issue-6 targets are printed below the table.
+threads. Checks against the issue-6 targets are printed below the table. The ggml column is the
+faster of ggml's flash attention with F32 and with F16 K/V (llama.cpp's default cache type).
 """
 import json
 import math
@@ -54,16 +56,36 @@ def fmt_r(r, digits=2):
     return "—" if r is None else f"{r:.{digits}f}"
 
 
+def load_peer(path):
+    """{(kernel, n, threads): seconds} and the file's whole JSON, from torch_peer.py or ggml_peer."""
+    data = json.load(open(path))
+    return {(r["kernel"], r["n"], r["threads"]): r["seconds"] for r in data["records"]}, data
+
+
+def option(name):
+    """The value after --name on the command line, or None."""
+    argv = sys.argv[1:]
+    return argv[argv.index(name) + 1] if name in argv and argv.index(name) + 1 < len(argv) else None
+
+
 def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    ggml_path = option("--ggml")
+    args = [a for a in sys.argv[1:] if not a.startswith("--") and a != ggml_path]
     md = "--markdown" in sys.argv
     ctx, b = load_bench(args[0])
     torch_recs, torch_version = {}, None
     if len(args) > 1:
-        tj = json.load(open(args[1]))
+        torch_recs, tj = load_peer(args[1])
         torch_version = tj.get("torch_version")
-        for r in tj["records"]:
-            torch_recs[(r["kernel"], r["n"], r["threads"])] = r["seconds"]
+    ggml_recs, ggml_version = {}, None
+    if ggml_path:
+        ggml_recs, gj = load_peer(ggml_path)
+        ggml_version = f"{gj.get('ggml_version')} ({gj.get('ggml_commit')})"
+
+    def ggml_best(kernel, n, thr):
+        ts = [ggml_recs.get((kernel + suffix, n, thr)) for suffix in ("", "_kvf16")]
+        ts = [x for x in ts if x is not None]
+        return min(ts) if ts else None
 
     def t(name):
         return b[name]["seconds"] if name in b else None
@@ -84,12 +106,12 @@ def main():
     stream = c("anchor_copy_stream/268435456", "GBps")
     l3 = c("anchor_copy_l3/4194304", "GBps")
     print(f"machine: {ctx.get('host_name', '?')}, {ctx.get('num_cpus', '?')} cpus @ {ctx.get('mhz_per_cpu', '?')} MHz, "
-          f"load avg {ctx.get('load_avg', '?')}; torch {torch_version or '(not run)'}")
+          f"load avg {ctx.get('load_avg', '?')}; torch {torch_version or '(not run)'}; ggml {ggml_version or '(not run)'}")
     print(f"anchors: FMA 1 thread {fmt_r(peak1, 1)} GFLOP/s, 2 threads {fmt_r(peak2, 1)} GFLOP/s "
           f"(x{fmt_r(ratio(peak2, peak1))}); STREAM copy {fmt_r(stream, 1)} GB/s; L3 copy {fmt_r(l3, 1)} GB/s")
 
     sep = " | " if md else "  "
-    head = ["kernel", "n", "thr", "simd ms", "frac_peak", "torch ms", "torch/simd", "ref/simd", "eigen/simd", "minflt", "allocs>64K"]
+    head = ["kernel", "n", "thr", "simd ms", "frac_peak", "torch ms", "torch/simd", "ggml ms", "ggml/simd", "ref/simd", "eigen/simd", "minflt", "allocs>64K"]
     rows = []
     for kern, cname, tname in (("softmax", 0, "softmax"), ("softmax causal", 1, "softmax_causal"),
                                ("linear", 0, "linear"), ("linear causal", 1, "linear_causal")):
@@ -103,8 +125,9 @@ def main():
                 ref = t(f"{base}_reference/{n}/{cname}") if thr == 1 else None
                 eig = t(f"softmax_eigen/{n}") if (thr == 1 and kern == "softmax") else None
                 tor = torch_recs.get((tname, n, thr))
+                gg = ggml_best(tname, n, thr)
                 rows.append([kern, str(n), str(thr), fmt_ms(s), fmt_r(c(name, "frac_peak")), fmt_ms(tor),
-                             fmt_r(ratio(tor, s)), fmt_r(ratio(ref, s)), fmt_r(ratio(eig, s)),
+                             fmt_r(ratio(tor, s)), fmt_ms(gg), fmt_r(ratio(gg, s)), fmt_r(ratio(ref, s)), fmt_r(ratio(eig, s)),
                              fmt_r(c(name, "minflt_per_call"), 1), fmt_r(c(name, "big_allocs_per_call"), 1)])
     if md:
         print("| " + " | ".join(head) + " |")
@@ -131,6 +154,15 @@ def main():
         check(f"softmax causal/non-causal time n={n}", r, r is not None and r <= 0.55, "<= 0.55")
         f = c(f"softmax_simd/{n}/1/1", "frac_peak")
         check(f"softmax causal n={n} useful frac of peak", f, f is not None and f >= 0.50, ">= 0.50")
+    for thr in (1, 2):
+        for n in (2048, 4096, 8192):
+            for cname, tname in ((0, "softmax"), (1, "softmax_causal")):
+                r = ratio(torch_recs.get((tname, n, thr)), t(f"softmax_simd/{n}/{cname}/{thr}"))
+                if r is not None:
+                    check(f"{tname} n={n} {thr} thr: PyTorch time / ours", r, r >= 1.1, ">= 1.1")
+                r = ratio(ggml_best(tname, n, thr), t(f"softmax_simd/{n}/{cname}/{thr}"))
+                if r is not None:
+                    check(f"{tname} n={n} {thr} thr: ggml time / ours", r, r >= 1.3, ">= 1.3")
     g16, g4 = c("softmax_simd/16384/0/1", "GFLOPs"), c("softmax_simd/4096/0/1", "GFLOPs")
     r = ratio(g16, g4)
     check("softmax throughput n=16384 / n=4096", r, r is not None and r >= 0.9, ">= 0.90")
@@ -141,6 +173,9 @@ def main():
         check(f"linear causal n={n} frac of peak (4nd^2)", f, f is not None and f >= 0.30, ">= 0.30")
         r = ratio(t(f"linear_simd/{n}/1/1"), t(f"linear_simd/{n}/0/1"))
         check(f"linear causal/non-causal n={n}", r, r is not None and r <= 2.0, "<= 2")
+        r = ratio(torch_recs.get(("linear_causal", n, 1)), t(f"linear_simd/{n}/1/1"))
+        if r is not None:
+            check(f"linear causal n={n}: PyTorch chunked time / ours", r, r >= 4.0, ">= 4")
     r = ratio(t("linear_simd/8192/1/1"), t("linear_simd/2048/1/1"))
     check("linear causal t(8192)/t(2048)", r, r is not None and 3.6 <= r <= 4.4, "in [3.6, 4.4]")
     anchor_scale = ratio(peak2, peak1)
