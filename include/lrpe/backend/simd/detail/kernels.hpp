@@ -256,8 +256,8 @@ void reflect_permute_rows(const T* v, const index_of_t<T>* table, index_t tw, co
   for (int k = 0; k < K; ++k) vv[k] = ops::load(v + k * L, L);
   index_t r = 0;
   // Whole groups of L rows: their μ by one parallel horizontal add (`compat::haddp`, ~2 shuffles
-  // per row; the permute already saturates the shuffle port, measured ~8 % faster in L2 than a
-  // horizontal sum per row); x is read twice, the second time from L1.
+  // per row next to the permute's 8; measured ~8 % faster in L2 than a horizontal sum per row);
+  // x is read twice, the second time from L1.
   using bt = xsimd::batch<T, Arch>;
   for (; r + L <= m; r += L) {
     bt acc[L];
