@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds and runs bench/ggml_peer.cpp: ggml's CPU flash attention and RoPE on the shapes of
-# bench_simd_attention / bench_simd_encode, the peer the issue-6 targets name.
+# Builds and runs bench/peers/ggml_peer.cpp: ggml's CPU flash attention and RoPE on the shapes of
+# bench_simd_attention / bench_simd_encode, the peer the issue-6 targets name. (The program sits
+# in peers/ because CMake builds every bench/*.cpp as a Google Benchmark program.)
 #
 # ggml is not in Debian 12. Its sources come from the llama-cpp-python sdist on PyPI, which
 # vendors llama.cpp (and so ggml) at a fixed commit; the version is pinned below so that runs
@@ -33,8 +34,8 @@ if [[ ! -f "$work/build/src/libggml.a" ]]; then
   cmake --build "$work/build" -j "$(nproc)"
 fi
 
-if [[ ! -x "$bin" || "$root/bench/ggml_peer.cpp" -nt "$bin" ]]; then
-  "${CXX:-c++}" -std=c++20 -O2 -march=native -I"$src/include" "$root/bench/ggml_peer.cpp" \
+if [[ ! -x "$bin" || "$root/bench/peers/ggml_peer.cpp" -nt "$bin" ]]; then
+  "${CXX:-c++}" -std=c++20 -O2 -march=native -I"$src/include" "$root/bench/peers/ggml_peer.cpp" \
       "$work/build/src/libggml.a" "$work/build/src/libggml-cpu.a" "$work/build/src/libggml-base.a" \
       -lpthread -ldl -o "$bin"
 fi
