@@ -21,6 +21,10 @@ bin="$work/ggml_peer"
 mkdir -p "$work"
 
 if [[ ! -d "$src" ]]; then
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    echo "ggml_peer.sh: needs pip to fetch ggml's sources (Debian: apt-get install python3-pip)" >&2
+    exit 1
+  fi
   python3 -m pip download --no-deps --no-binary :all: "llama-cpp-python==$version" -d "$work"
   tar -xzf "$work/llama_cpp_python-$version.tar.gz" -C "$work"
   # the sdist leaves out ggml's pkg-config template, which a standalone configure insists on
