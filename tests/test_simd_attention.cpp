@@ -427,6 +427,66 @@ TEST_CASE_TEMPLATE("simd causal linear attention in segments with a state == one
   }
 }
 
+TEST_CASE_TEMPLATE("simd causal linear self-attention by one-vector chunks (keys at the queries' positions) == reference",
+                   T, float, double) {
+  // Keys at the queries' positions with d and d_v multiples of 16 take the SIMD kernel's
+  // one-vector chunks; the last n mod W rows take the general path.
+  const std::uint64_t seed = 0x51D0'0013;
+  MESSAGE("seed = " << seed);
+  int n = 0;
+  const std::pair<index_t, index_t> dims[] = {{16, 16}, {64, 64}, {32, 48}};
+  for (index_t rows : {1, 15, 16, 17, 100, 257}) {
+    for (auto [d, dv] : dims) {
+      for (position_t offset : {0, 37}) {
+        const shape s{rows, rows, d, dv, true, offset, offset, false};
+        SHAPE_INFO(s);
+        for (auto norm : {lrpe::normalisation::none, lrpe::normalisation::denominator}) {
+          for (double decay : {1.0, 0.97, 0.5}) {
+            const linear_case_options lo{true, norm, 64, decay};
+            LINEAR_INFO(lo);
+            CHECK(linear_case<T>(s, lrpe::no_encoding{}, lrpe::feature_maps::elu_plus_one{}, lo,
+                                 seed + static_cast<std::uint64_t>(++n)) <= tolerance<T>());
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("simd causal linear self-attention by one-vector chunks, in segments with gaps == reference", T,
+                   float, double) {
+  // Each segment continues a state whose last position lies 1, 40 or 1000 positions back:
+  // the first chunk's weights λ^{s−last} come from outside the kernel's table of λ^{<2W}.
+  lrpe::generator g(53);
+  const index_t n = 300, d = 32, dv = 32;
+  const rm<T> q = random_matrix<T>(g, n, d, 0.5), k = random_matrix<T>(g, n, d, 0.5), v = random_matrix<T>(g, n, dv);
+  const lrpe::feature_maps::elu_plus_one phi;
+  for (double decay : {1.0, 0.99}) {
+    for (auto norm : {lrpe::normalisation::none, lrpe::normalisation::denominator}) {
+      INFO("decay = " << decay << " norm = " << int(norm));
+      lrpe::linear_attention_state<T> st(d, dv, decay), ref_st(d, dv, decay);
+      const index_t cuts[] = {0, 40, 41, 120, 200, n};
+      const position_t gaps[] = {0, 1, 40, 1000, 7};
+      position_t start = 0;
+      for (std::size_t c = 0; c + 1 < std::size(cuts); ++c) {
+        const index_t a = cuts[c], b = cuts[c + 1];
+        start += gaps[c] + (c > 0 ? cuts[c] - cuts[c - 1] - 1 : 0);
+        lrpe::linear_options seg{.causal = true, .norm = norm, .decay = decay, .q_positions = start, .k_positions = start};
+        CAPTURE(start);
+        rm<T> o(b - a, dv), o_ref(b - a, dv);
+        lrpe::linear_attention(q.middleRows(a, b - a), k.middleRows(a, b - a), v.middleRows(a, b - a), o,
+                               lrpe::no_encoding{}, phi, st, seg, lrpe::backend::simd<>{});
+        lrpe::linear_attention(q.middleRows(a, b - a), k.middleRows(a, b - a), v.middleRows(a, b - a), o_ref,
+                               lrpe::no_encoding{}, phi, ref_st, seg);
+        CHECK(diff(o, o_ref) <= tolerance<T>());
+        CHECK(st.last_position() == ref_st.last_position());
+        CHECK(diff(rm<T>(st.kv()), rm<T>(ref_st.kv())) <= tolerance<T>());
+        CHECK(diff(rm<T>(st.k_sum().transpose()), rm<T>(ref_st.k_sum().transpose())) <= tolerance<T>());
+      }
+    }
+  }
+}
+
 TEST_CASE_TEMPLATE("simd linear attention, multi-head with per-head decays on a 2-thread pool == reference", T, float,
                    double) {
   lrpe::backend::simd_threads pool(2);

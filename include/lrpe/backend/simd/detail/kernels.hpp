@@ -116,6 +116,14 @@ LRPE_ALWAYS_INLINE void prefetch_row(const T* p, index_t n) noexcept {
   for (std::size_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 0);
 }
 
+/// Prefetches the `n` elements of one row into L2 (for use a few microseconds later).
+template <class T>
+LRPE_ALWAYS_INLINE void prefetch_row_l2(const T* p, index_t n) noexcept {
+  const char* c = reinterpret_cast<const char*>(p);
+  const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(T);
+  for (std::size_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 2);
+}
+
 /// f(r, state of row r) for the m rows of x (d features, rows xs apart), states computed a
 /// group at a time, inputs prefetched `mapped_prefetch_rows` ahead.
 template <class Map, class T, class F>
