@@ -250,7 +250,7 @@ void linear_simd(benchmark::State& state) {
   });
 }
 
-void linear_simd_rope(benchmark::State& state) {  // end to end: 1+elu, RoPE features (reference encoder path), causal
+void linear_simd_rope(benchmark::State& state) {  // end to end: 1+elu then RoPE (SIMD encoder) features, causal
   const index_t n = state.range(0);
   inputs in(n);
   const lrpe::rope_neox<T> enc(d);
