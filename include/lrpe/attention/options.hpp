@@ -78,7 +78,7 @@ enum class normalisation {
  * - `norm`, `eps`: see `normalisation`; eps > 0 (default 1e-6, as the reference code).
  * - `chunk`: query rows per chunk of the causal algorithm (≥ 1); a tuning parameter (results
  *   agree to rounding for any value). The SIMD backend uses chunks of one vector width instead
- *   for causal self-attention with d_f and d_v multiples of it (docs/backends.md).
+ *   for causal self-attention with d_f and d_v multiples of it (docs/performance.md).
  * - `decay`: λ ∈ (0, 1] (1 = none); λ < 1 requires `causal`. Applied by recurrence and
  *   chunk-local factors λ^{Δ} with Δ ≥ 0 only, never as λ^{−t}.
  * - `head_decays`: per-head λ for the multi-head entry points (empty: `decay` for every head).

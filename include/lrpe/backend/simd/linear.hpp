@@ -274,7 +274,7 @@ struct linear_run {
     LRPE_ALWAYS_INLINE void step() noexcept {
       if (next < total) {
         const index_t which = next / m, r = next - which * m;
-        prefetch_row_l2(base[which] + r * stride[which], len[which]);
+        prefetch_row<2>(base[which] + r * stride[which], len[which]);
         ++next;
       }
     }

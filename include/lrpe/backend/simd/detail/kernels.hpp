@@ -108,20 +108,13 @@ struct identity_map {
 /// no better).
 inline constexpr index_t mapped_prefetch_rows = 32;
 
-/// Prefetches the `n` elements of one input row for a single use (non-temporal hint).
-template <class T>
+/// Prefetches the `n` elements of one row: by default for a single use soon (non-temporal
+/// hint); `Locality` = 2 keeps it in L2 for use a few microseconds later.
+template <int Locality = 0, class T>
 LRPE_ALWAYS_INLINE void prefetch_row(const T* p, index_t n) noexcept {
   const char* c = reinterpret_cast<const char*>(p);
   const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(T);
-  for (std::size_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 0);
-}
-
-/// Prefetches the `n` elements of one row into L2 (for use a few microseconds later).
-template <class T>
-LRPE_ALWAYS_INLINE void prefetch_row_l2(const T* p, index_t n) noexcept {
-  const char* c = reinterpret_cast<const char*>(p);
-  const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(T);
-  for (std::size_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 2);
+  for (std::size_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, Locality);
 }
 
 /// f(r, state of row r) for the m rows of x (d features, rows xs apart), states computed a
