@@ -487,6 +487,86 @@ TEST_CASE_TEMPLATE("simd causal linear self-attention by one-vector chunks, in s
   }
 }
 
+TEST_CASE_TEMPLATE("simd causal linear self-attention with the features computed in the kernel == reference", T,
+                   float, double) {
+  // Keys at the queries' positions, d_f and d_v multiples of 16, φ then an lrpe encoder (or a
+  // vectorised φ alone): the SIMD backend computes Q̃ and K̃ block by block (64 rows) inside the
+  // kernel. n crosses the block and chunk boundaries (16, 17, 65, 150); n = 15 has no whole
+  // chunk and takes the stored-features path.
+  const std::uint64_t seed = 0x51D0'0014;
+  MESSAGE("seed = " << seed);
+  const index_t d = 16, dv = 32;
+  auto check = [&](const auto& enc, const char* name) {
+    INFO("encoding " << std::string(name));
+    int n = 0;
+    for (index_t rows : {15, 16, 17, 65, 150}) {
+      const shape s{rows, rows, d, dv, true, rows % 2 == 0 ? 0 : 5, rows % 2 == 0 ? 0 : 5, false};
+      SHAPE_INFO(s);
+      for (auto [norm, decay] : {std::pair{lrpe::normalisation::none, 1.0}, std::pair{lrpe::normalisation::denominator, 0.9}}) {
+        const linear_case_options lo{true, norm, 64, decay};
+        LINEAR_INFO(lo);
+        CHECK(linear_case<T>(s, enc, lrpe::feature_maps::elu_plus_one{}, lo, seed + static_cast<std::uint64_t>(++n)) <=
+              tolerance<T>());
+        CHECK(linear_case<T>(s, enc, lrpe::feature_maps::relu_eps{}, lo, seed + static_cast<std::uint64_t>(++n)) <=
+              tolerance<T>());
+        CHECK(linear_case<T>(s, enc, [](T x) { return x * x; }, lo, seed + static_cast<std::uint64_t>(++n)) <=
+              tolerance<T>());
+        if constexpr (!std::is_same_v<std::decay_t<decltype(enc)>, lrpe::no_encoding>) {
+          CHECK(linear_case<T>(s, enc, lrpe::feature_maps::identity{}, lo, seed + static_cast<std::uint64_t>(++n)) <=
+                tolerance<T>());
+        }
+      }
+    }
+  };
+  check(lrpe::no_encoding{}, "none");
+  check(lrpe::type1<T>(d), "type1");
+  check(lrpe::type2<T>(d), "type2");
+  check(lrpe::type3<T>(d), "type3");
+  check(lrpe::type4<T>(d), "type4");
+  check(lrpe::type5<T>(d), "type5");
+  check(lrpe::type6<T>(d), "type6");
+  check(lrpe::type7<T>(d), "type7");
+  check(lrpe::type8<T>(d), "type8");  // complex: feature_dim = 2·dim = 32
+  check(lrpe::rope_gptj<T>(d), "rope_gptj");
+  check(lrpe::rope_neox<T>(d), "rope_neox");
+  check(lrpe::permuteformer<T>(d), "permuteformer");
+}
+
+TEST_CASE_TEMPLATE("simd causal linear attention, features in the kernel: segments with a state, O(block) scratch", T,
+                   float, double) {
+  lrpe::generator g(54);
+  const index_t n = 1000, d = 32, dv = 16;
+  const rm<T> q = random_matrix<T>(g, n, d, 0.5), k = random_matrix<T>(g, n, d, 0.5), v = random_matrix<T>(g, n, dv);
+  const lrpe::rope_gptj<T> enc(d);
+  const lrpe::feature_maps::elu_plus_one phi;
+  lrpe::backend::simd_workspace ws;
+  const lrpe::backend::simd_policy<> policy{nullptr, &ws};
+  for (double decay : {1.0, 0.98}) {
+    INFO("decay = " << decay);
+    lrpe::linear_attention_state<T> st(d, dv, decay), ref_st(d, dv, decay);
+    const index_t cuts[] = {0, 5, 70, 71, 600, n};  // segments shorter than a chunk, longer than a block
+    for (std::size_t c = 0; c + 1 < std::size(cuts); ++c) {
+      const index_t a = cuts[c], b = cuts[c + 1];
+      const lrpe::linear_options seg{
+          .causal = true, .norm = lrpe::normalisation::denominator, .decay = decay, .q_positions = a, .k_positions = a};
+      rm<T> o(b - a, dv), o_ref(b - a, dv);
+      lrpe::linear_attention(q.middleRows(a, b - a), k.middleRows(a, b - a), v.middleRows(a, b - a), o, enc, phi, st,
+                             seg, policy);
+      lrpe::linear_attention(q.middleRows(a, b - a), k.middleRows(a, b - a), v.middleRows(a, b - a), o_ref, enc, phi,
+                             ref_st, seg);
+      CAPTURE(a);
+      CHECK(diff(o, o_ref) <= tolerance<T>());
+      CHECK(st.count() == ref_st.count());
+      CHECK(st.last_position() == ref_st.last_position());
+      CHECK(diff(rm<T>(st.kv()), rm<T>(ref_st.kv())) <= tolerance<T>());
+      CHECK(diff(rm<T>(st.k_sum().transpose()), rm<T>(ref_st.k_sum().transpose())) <= tolerance<T>());
+    }
+  }
+  // The features never exist for the whole sequence: the workspace holds blocks of 64 rows,
+  // less than the n × d_f Q̃ and K̃ (2 × 125 KiB in float) that computing them first needs.
+  CHECK(ws.capacity() < static_cast<std::size_t>(2 * n * d) * sizeof(T));
+}
+
 TEST_CASE_TEMPLATE("simd linear attention, multi-head with per-head decays on a 2-thread pool == reference", T, float,
                    double) {
   lrpe::backend::simd_threads pool(2);

@@ -23,6 +23,7 @@
 #include <lrpe/attention/state.hpp>
 #include <lrpe/backend/reference/linear.hpp>
 
+#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -79,6 +80,19 @@ template <class Backend, class T, class Encoding, class Phi>
 void linear_features_kernel(const Backend&, const Encoding& encoding, const Phi& phi, const matrix_view<const T>& x,
                             const positions& pos, canonical::side which, const matrix_view<T>& out) {
   lrpe::detail::linear_features_into<T>(encoding, phi, x, pos, which, out);
+}
+
+/**
+ * Linear attention that computes the features itself, inside the kernel (e.g. chunk by chunk,
+ * so that Q̃ and K̃ never go through memory): `p` holds the raw q and k in `qf` and `kf`, and
+ * `state` is never null when `p.causal`. Returns false, having done nothing, for what it does
+ * not cover; the caller then computes the features (`linear_features_kernel`) and calls
+ * `linear_kernel`. The default covers nothing; a backend may overload it (found by ADL).
+ */
+template <class Backend, class T, class Encoding, class Phi>
+bool linear_fused_kernel(const Backend&, const Encoding&, const Phi&, const linear_problem<T>&,
+                         linear_attention_state<T>*) {
+  return false;
 }
 }  // namespace backend
 
@@ -157,11 +171,17 @@ void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<c
 
   // Backend hooks are found by ADL on the backend tag (unqualified calls), so that a backend
   // declared after this header (backend/simd) still provides its overloads.
+  using backend::linear_fused_kernel;
   using backend::linear_kernel;
+  std::optional<linear_attention_state<T>> local;
+  if (options.causal && state == nullptr) state = &local.emplace(f, v.cols, options.decay);
   matrix_view<const T> qf = q, kf = k;
   backend::feature_scratch<T> fs;
   if constexpr (!(std::is_same_v<Encoding, no_encoding> && std::is_same_v<Phi, feature_maps::identity>)) {
     // (φ = identity without an encoding: the features are q and k themselves, no copy.)
+    const backend::linear_problem<T> raw{q, k, v, out, options.q_positions, options.k_positions, options.causal,
+                                         options.norm, options.eps, options.chunk};
+    if (linear_fused_kernel(backend, encoding, phi, raw, state)) return;
     acquire_feature_scratch(backend, fs, q.rows, k.rows, f);
     linear_features_kernel(backend, encoding, phi, q, options.q_positions, canonical::side::query, fs.q);
     linear_features_kernel(backend, encoding, phi, k, options.k_positions, canonical::side::key, fs.k);
@@ -170,12 +190,7 @@ void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<c
   }
   backend::linear_problem<T> problem{qf, kf, v, out, options.q_positions, options.k_positions, options.causal,
                                      options.norm, options.eps, options.chunk};
-  if (options.causal && state == nullptr) {
-    linear_attention_state<T> local(f, v.cols, options.decay);
-    linear_kernel(backend, problem, &local);
-  } else {
-    linear_kernel(backend, problem, state);
-  }
+  linear_kernel(backend, problem, state);
 }
 
 }  // namespace detail
@@ -193,7 +208,9 @@ void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<c
  * @param options  causal, normalisation, eps, chunk, decay, positions (`linear_options`).
  *
  * n_q = n_k = 0 is a no-op; n_k = 0 gives zero rows. Scratch: the encoded Q and K (O(n·d_f)),
- * one chunk×chunk block and one d_f×d_v state.
+ * one chunk×chunk block and one d_f×d_v state; a backend that computes the features inside its
+ * kernel (`backend::linear_fused_kernel`: the SIMD backend for causal self-attention) needs
+ * only a block of them.
  * @throws shape_error (shapes, widths), parameter_error (eps ≤ 0, chunk < 1, λ ∉ (0, 1],
  * λ < 1 without causal, decreasing positions in causal mode), domain_error (NaN eps or λ).
  */

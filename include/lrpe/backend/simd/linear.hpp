@@ -13,7 +13,10 @@
  *   decay exponent is ≥ 0; chunk-local powers come from a table of λ^Δ, Δ ≥ 0;
  * - causal self-attention (keys at the queries' positions, offsets; d_f and d_v multiples of the
  *   vector width W), the common case: chunks of exactly W rows whatever `chunk` says, so that
- *   the chunk's keys are one vector (`vector_chunks`); the n mod W last rows, the general way.
+ *   the chunk's keys are one vector (`vector_chunks`); the n mod W last rows, the general way;
+ * - the same with φ then an lrpe encoder (or a vectorised φ alone): the features are computed
+ *   inside the kernel, 64 rows of Q and K at a time (`linear_fused`, the backend's
+ *   `linear_fused_kernel`), instead of by a pass that writes Q̃ and K̃ for the kernel to read back.
  *
  * The state leaves with every key of the call (`linear_attention_state`, as the reference).
  * Scratch: S, z, one chunk's packed K/V and tiles in a reused `simd_workspace`; the feature
@@ -68,6 +71,41 @@ void gemm_rows(index_t rows, const T* p, index_t prs, index_t pcs, const T* v, i
 inline double decay_pow(double lambda, position_t delta) noexcept {
   return lambda == 1.0 || delta == 0 ? 1.0 : std::pow(lambda, static_cast<double>(delta));
 }
+
+/// A chunk's feature rows as `linear_run::vector_chunks` reads them: q̃ rows `qs` apart, k̃
+/// rows `ks` apart.
+template <class T>
+struct feature_rows {
+  const T* q;
+  index_t qs;
+  const T* k;
+  index_t ks;
+};
+
+/// Where `linear_run::vector_chunks` gets a chunk's feature rows: `get(context, i0, m)`. A
+/// plain function pointer, so that the kernel is compiled once per (T, arch), not once per
+/// encoding and feature map (one call per chunk: no measurable cost).
+template <class T>
+struct rows_source {
+  void* context;
+  feature_rows<T> (*get)(void* context, index_t i0, index_t m);
+
+  /// Calls `source(i0, m)` on an object of any type with that operator.
+  template <class Source>
+  static rows_source of(Source& source) noexcept {
+    return {&source, [](void* c, index_t i0, index_t m) { return (*static_cast<Source*>(c))(i0, m); }};
+  }
+  feature_rows<T> operator()(index_t i0, index_t m) const { return get(context, i0, m); }
+};
+
+/// The features are the problem's own rows (computed before the call, or φ = identity).
+template <class T>
+struct stored_rows {
+  const linear_problem<T>& p;
+  feature_rows<T> operator()(index_t i0, index_t) const noexcept {
+    return {p.qf.row(i0), p.qf.row_stride, p.kf.row(i0), p.kf.row_stride};
+  }
+};
 
 template <class T, class A>
 struct linear_run {
@@ -213,7 +251,10 @@ struct linear_run {
     const auto& kp = p.k_positions;
 
     index_t folded = 0, start = 0;
-    if (vector_chunks_apply()) start = folded = vector_chunks();
+    if (vector_chunks_apply()) {
+      stored_rows<T> stored{p};
+      start = folded = vector_chunks(rows_source<T>::of(stored));
+    }
     for (index_t i0 = start; i0 < nq; i0 += bc) {
       const index_t i1 = std::min(nq, i0 + bc), bq = i1 - i0, bqp = round_up(bq, R);
       const position_t lo = qp[i0], hi = qp[i1 - 1];
@@ -302,8 +343,12 @@ struct linear_run {
    * `options.chunk` does not apply here: C = W measured fastest (n = 4096, f = d_v = 64, one
    * thread: 8.1 ms against 11.5–12.1 ms for C = 16–64 on the general path). Returns the rows
    * done (whole chunks); the caller finishes the rest on the general path.
+   *
+   * `rows(i0, W)` gives the chunk's feature rows (`feature_rows`): the stored features
+   * (`stored_rows`), or features computed chunk by chunk from the raw q and k in `p.qf` and
+   * `p.kf` (`fused_features`), which the prefetches then fetch ahead.
    */
-  index_t vector_chunks() {
+  index_t vector_chunks(const rows_source<T>& rows) {
     using B = xsimd::batch<T, A>;
     constexpr index_t W = B::size;
     const index_t n = p.qf.rows, full = n / W * W;
@@ -324,11 +369,10 @@ struct linear_run {
     T* kt = ws.get<T>(simd_workspace::k_packed, f * W);
     T* at = ws.get<T>(simd_workspace::s_tile, W * W);
     T* qt = ws.get<T>(simd_workspace::q_tile, f * W);
-    const index_t qs = p.qf.row_stride, ks = p.kf.row_stride, os = p.out.row_stride;
+    const index_t os = p.out.row_stride;
 
     for (index_t i0 = 0; i0 < full; i0 += W) {
-      const T* q = p.qf.row(i0);
-      const T* k = p.kf.row(i0);
+      const auto [q, qs, k, ks] = rows(i0, W);
       const position_t s0 = qp[i0];
       const bool has_state = count > 0;
       if (has_state) {
@@ -535,40 +579,65 @@ struct linear_run {
   }
 };
 
+/// The state in the workspace: S (f × dvp, columns padded with zeros) then z (f).
 template <class T, class A>
-void linear_simd(const linear_problem<T>& p, linear_attention_state<T>* state, simd_workspace& ws) {
-  using tl = softmax_tiling<T, A>;
-  const index_t f = p.qf.cols, dv = p.v.cols;
-  const index_t dvp = round_up(std::max<index_t>(dv, 1), tl::W);
-  T* S = ws.get<T>(simd_workspace::state, f * dvp + round_up(f, tl::W));
-  T* vblock = ws.get<T>(simd_workspace::v_packed, std::max<index_t>(256, tl::BK) * dvp);
-  linear_run<T, A> run{p, ws, state != nullptr ? state->decay() : 1.0, f, dv, dvp, S, S + f * dvp, vblock};
-  if (!p.causal) {
-    run.non_causal();
-    return;
+struct state_buffers {
+  index_t f, dv, dvp;
+  T* S;
+  T* z;
+  T* vblock;
+
+  state_buffers(simd_workspace& ws, index_t f_, index_t dv_) : f(f_), dv(dv_) {
+    using tl = softmax_tiling<T, A>;
+    dvp = round_up(std::max<index_t>(dv, 1), tl::W);
+    S = ws.get<T>(simd_workspace::state, f * dvp + round_up(f, tl::W));
+    z = S + f * dvp;
+    vblock = ws.get<T>(simd_workspace::v_packed, std::max<index_t>(256, tl::BK) * dvp);
   }
-  // load the state: S | z, last position, count
-  for (index_t c = 0; c < f; ++c) {
-    for (index_t j = 0; j < dv; ++j) S[c * dvp + j] = state->kv()(c, j);
-    std::fill(S + c * dvp + dv, S + (c + 1) * dvp, T(0));
-    run.z[c] = state->k_sum()[c];
+
+  linear_run<T, A> runner(const linear_problem<T>& p, simd_workspace& ws, double lambda) const {
+    return linear_run<T, A>{p, ws, lambda, f, dv, dvp, S, z, vblock};
   }
-  run.last = state->last_position();
-  run.count = state->count();
-  run.causal();
-  if (run.count != state->count()) {
+
+  /// S, z, last position and count from `state` into the workspace and `run`.
+  void load(const linear_attention_state<T>& state, linear_run<T, A>& run) const {
+    for (index_t c = 0; c < f; ++c) {
+      for (index_t j = 0; j < dv; ++j) S[c * dvp + j] = state.kv()(c, j);
+      std::fill(S + c * dvp + dv, S + (c + 1) * dvp, T(0));
+      z[c] = state.k_sum()[c];
+    }
+    run.last = state.last_position();
+    run.count = state.count();
+  }
+
+  /// Back into `state` when keys were added.
+  void store(const linear_run<T, A>& run, linear_attention_state<T>& state) const {
+    if (run.count == state.count()) return;
     linear_attention_snapshot<T> snap;
     snap.feature_dim = f;
     snap.value_dim = dv;
-    snap.decay = state->decay();
+    snap.decay = state.decay();
     snap.last_position = run.last;
     snap.count = run.count;
     snap.kv.resize(static_cast<std::size_t>(f * dv));
     for (index_t c = 0; c < f; ++c)
       for (index_t j = 0; j < dv; ++j) snap.kv[static_cast<std::size_t>(c * dv + j)] = S[c * dvp + j];
-    snap.k_sum.assign(run.z, run.z + f);
-    *state = linear_attention_state<T>(snap);
+    snap.k_sum.assign(z, z + f);
+    state = linear_attention_state<T>(snap);
   }
+};
+
+template <class T, class A>
+void linear_simd(const linear_problem<T>& p, linear_attention_state<T>* state, simd_workspace& ws) {
+  const state_buffers<T, A> sb(ws, p.qf.cols, p.v.cols);
+  auto run = sb.runner(p, ws, state != nullptr ? state->decay() : 1.0);
+  if (!p.causal) {
+    run.non_causal();
+    return;
+  }
+  sb.load(*state, run);
+  run.causal();
+  sb.store(run, *state);
 }
 
 /// y = φ(x) for rows of known elementwise maps, vectorised; false if φ is not one of them.
@@ -577,9 +646,9 @@ bool vector_feature_map(const Phi& phi, const T* x, T* y, index_t d) {
   using B = xsimd::batch<T, A>;
   constexpr index_t W = B::size;
   auto run = [&](auto&& vec, auto&& scalar) {
-    index_t c = 0;
-    for (; c + W <= d; c += W) vec(B::load_unaligned(x + c)).store_unaligned(y + c);
-    for (; c < d; ++c) y[c] = scalar(x[c]);
+    const index_t full = d - d % W;
+    for (index_t c = 0; c < full; c += W) vec(B::load_unaligned(x + c)).store_unaligned(y + c);
+    for (index_t c = full; c < d; ++c) y[c] = scalar(x[c]);
     return true;
   };
   if constexpr (std::is_same_v<Phi, feature_maps::elu_plus_one>) {
@@ -633,6 +702,160 @@ void features(const Encoding& encoding, const Phi& phi, const matrix_view<const 
   }
 }
 
+/// φ is one of the maps `vector_feature_map` vectorises (identity aside).
+template <class Phi>
+inline constexpr bool vectorised_map_v =
+    std::is_same_v<Phi, feature_maps::elu_plus_one> || std::is_same_v<Phi, feature_maps::relu> ||
+    std::is_same_v<Phi, feature_maps::relu_eps>;
+
+/// The (encoding, φ) pairs whose features `linear_fused` computes chunk by chunk: φ then any
+/// lrpe encoder (its SIMD encoder), or a vectorised φ alone.
+template <class Encoding, class Phi>
+inline constexpr bool fusable_features_v =
+    lrpe_encoder<Encoding> || (std::is_same_v<Encoding, no_encoding> && vectorised_map_v<Phi>);
+
+/**
+ * The features of a chunk's rows computed on demand from the raw q and k rows (in `p.qf` and
+ * `p.kf`): φ on the rows, then the SIMD encoder on Q and K in one call (one per-position table
+ * for both), into L1-sized buffers of the workspace. Rows are those of positions offsets with
+ * Q and K at the same positions (`linear_fused` checks), at most `max_rows` per call.
+ */
+template <class T, class A, class Encoding, class Phi>
+class fused_features {
+  static constexpr bool encodes = lrpe_encoder<Encoding>;
+  static constexpr bool maps = !std::is_same_v<Phi, feature_maps::identity>;
+  struct none {
+    explicit none(const Encoding&) {}
+  };
+  template <class E, bool = lrpe_encoder<E>>
+  struct encoder_of {
+    using type = none;
+  };
+  template <class E>
+  struct encoder_of<E, true> {
+    using type = simd_encoder<E, A>;
+  };
+
+ public:
+  /// Features are computed `block` rows at a time (the calls then take at most `block` rows).
+  fused_features(const Encoding& encoding, const Phi& phi, const linear_problem<T>& p, simd_workspace& ws,
+                 index_t block)
+      : enc_(encoding), phi_(phi), p_(p), d_(p.qf.cols), f_(feature_dim(encoding, d_)), block_(block) {
+    const index_t per_side = block * ((maps ? d_ : 0) + (encodes ? f_ : 0));
+    qbuf_ = ws.get<T>(simd_workspace::q_features, per_side);
+    kbuf_ = ws.get<T>(simd_workspace::k_features, per_side);
+  }
+
+  /// Feature columns: the encoder's `feature_dim()`, or d without one.
+  static index_t feature_dim(const Encoding& encoding, index_t d) noexcept {
+    if constexpr (encodes) return encoding.feature_dim();
+    else return d;
+  }
+
+  /// Features of rows [i0, i0 + m), m ≤ block.
+  feature_rows<T> operator()(index_t i0, index_t m) {
+    if (i0 < lo_ || i0 + m > hi_) fill(i0, std::min(block_, p_.qf.rows - i0));
+    const index_t r = i0 - lo_;
+    const index_t off = encodes ? (maps ? block_ * d_ : 0) : 0, w = encodes ? f_ : d_;
+    return {qbuf_ + off + r * w, w, kbuf_ + off + r * w, w};
+  }
+
+ private:
+  /// Rows [i0, i0 + m) into the buffers: φ(x) (block × d) then, with an encoder, the features
+  /// (block × f).
+  void fill(index_t i0, index_t m) {
+    const T* q = p_.qf.row(i0);
+    const T* k = p_.kf.row(i0);
+    index_t qs = p_.qf.row_stride, ks = p_.kf.row_stride;
+    if constexpr (maps) {
+      map_rows(q, qs, qbuf_, m);
+      map_rows(k, ks, kbuf_, m);
+      q = qbuf_;
+      k = kbuf_;
+      qs = ks = d_;
+    }
+    if constexpr (encodes) {
+      T* fq = qbuf_ + (maps ? block_ * d_ : 0);
+      T* fk = kbuf_ + (maps ? block_ * d_ : 0);
+      const positions pos = p_.q_positions.slice(i0, m);
+      enc_.encode_qk(heads_view<const T>{q, 1, 1, m, d_, 0, 0, qs}, pos, heads_view<const T>{k, 1, 1, m, d_, 0, 0, ks},
+                     pos, heads_view<T>{fq, 1, 1, m, f_, 0, 0, f_}, heads_view<T>{fk, 1, 1, m, f_, 0, 0, f_});
+    }
+    lo_ = i0;
+    hi_ = i0 + m;
+  }
+
+  void map_rows(const T* x, index_t xs, T* y, index_t m) const {
+    for (index_t i = 0; i < m; ++i)
+      if (!vector_feature_map<T, A>(phi_, x + i * xs, y + i * d_, d_))
+        lrpe::detail::apply_feature_map(phi_, x + i * xs, y + i * d_, d_);
+  }
+
+  typename encoder_of<Encoding>::type enc_;
+  const Phi& phi_;
+  const linear_problem<T>& p_;
+  index_t d_, f_, block_;
+  index_t lo_ = 0, hi_ = 0;  ///< the rows in the buffers
+  T* qbuf_ = nullptr;
+  T* kbuf_ = nullptr;
+};
+
+/**
+ * Causal self-attention with the features computed inside the kernel, chunk by chunk
+ * (`fused_features`), instead of a pass that writes Q̃ and K̃ to scratch for the kernel to read
+ * back: `p` holds the raw q and k in `qf` and `kf`. Covers what `vector_chunks` covers (keys at
+ * the queries' positions, offsets; d_f and d_v multiples of W) for `fusable_features_v`; the
+ * n mod W last rows run on the general path from their features. Returns false, having done
+ * nothing, for any other case.
+ */
+/// Rows whose features `linear_fused` computes at a time: 4 one-vector chunks of float on
+/// AVX-512 (32 KiB of Q̃ and K̃ at d = 64, L2-resident); one chunk at a time measured ~10 %
+/// slower end to end (the encoder's per-call and per-position-run costs, paid 4 × as often).
+inline constexpr index_t fused_block = 64;
+
+template <class T, class A, class Encoding, class Phi>
+bool linear_fused(const Encoding& encoding, const Phi& phi, const linear_problem<T>& p,
+                  linear_attention_state<T>* state, simd_workspace& ws) {
+  if constexpr (!fusable_features_v<Encoding, Phi>) {
+    return false;
+  } else {
+    constexpr index_t W = xsimd::batch<T, A>::size;
+    using rows_type = fused_features<T, A, Encoding, Phi>;
+    const index_t n = p.qf.rows, f = rows_type::feature_dim(encoding, p.qf.cols), dv = p.v.cols;
+    const auto& qp = p.q_positions;
+    const auto& kp = p.k_positions;
+    if (!p.causal || state == nullptr || n < W || p.kf.rows != n || f % W != 0 || dv % W != 0 || qp.is_array() ||
+        kp.is_array() || qp.offset() != kp.offset())
+      return false;
+    rows_type rows(encoding, phi, p, ws, fused_block);
+    const state_buffers<T, A> sb(ws, f, dv);
+    auto run = sb.runner(p, ws, state->decay());
+    sb.load(*state, run);
+    const index_t full = run.vector_chunks(rows_source<T>::of(rows));
+    if (const index_t m = n - full; m > 0) {
+      const auto [q, qs, k, ks] = rows(full, m);
+      const linear_problem<T> tail{matrix_view<const T>(q, m, f, qs),
+                                   matrix_view<const T>(k, m, f, ks),
+                                   matrix_view<const T>(p.v.row(full), m, p.v.cols, p.v.row_stride),
+                                   matrix_view<T>(p.out.row(full), m, p.out.cols, p.out.row_stride),
+                                   qp.slice(full, m),
+                                   kp.slice(full, m),
+                                   true,
+                                   p.norm,
+                                   p.eps,
+                                   p.chunk};
+      auto rest = sb.runner(tail, ws, state->decay());
+      rest.last = run.last;
+      rest.count = run.count;
+      rest.causal();
+      run.last = rest.last;
+      run.count = rest.count;
+    }
+    sb.store(run, *state);
+    return true;
+  }
+}
+
 }  // namespace simd_detail
 
 /// SIMD linear-attention kernel (non-causal, causal by chunks with decay; state as the reference).
@@ -643,6 +866,19 @@ void linear_kernel(simd<Arch> b, const linear_problem<T>& p, linear_attention_st
 template <class Arch, class T>
 void linear_kernel(const simd_policy<Arch>& b, const linear_problem<T>& p, linear_attention_state<T>* state) {
   simd_detail::linear_simd<T, Arch>(p, state, *simd_detail::resolve(b).ws);
+}
+
+/// Causal linear attention with the features computed chunk by chunk inside the kernel (see
+/// `simd_detail::linear_fused`); false for the cases it does not cover.
+template <class Arch, class T, class Encoding, class Phi>
+bool linear_fused_kernel(simd<Arch> b, const Encoding& encoding, const Phi& phi, const linear_problem<T>& p,
+                         linear_attention_state<T>* state) {
+  return simd_detail::linear_fused<T, Arch>(encoding, phi, p, state, *simd_detail::resolve(b).ws);
+}
+template <class Arch, class T, class Encoding, class Phi>
+bool linear_fused_kernel(const simd_policy<Arch>& b, const Encoding& encoding, const Phi& phi,
+                         const linear_problem<T>& p, linear_attention_state<T>* state) {
+  return simd_detail::linear_fused<T, Arch>(encoding, phi, p, state, *simd_detail::resolve(b).ws);
 }
 
 /// Vectorised feature maps (1+elu, relu, relu+ε, identity), then the encoding's features.
