@@ -250,13 +250,37 @@ void linear_simd(benchmark::State& state) {
   });
 }
 
-void linear_simd_rope(benchmark::State& state) {  // end to end: 1+elu then RoPE (SIMD encoder) features, causal
+void linear_simd_rope(benchmark::State& state) {  // end to end: 1+elu then RoPE features (in the kernel), causal
   const index_t n = state.range(0);
   inputs in(n);
   const lrpe::rope_neox<T> enc(d);
   run_timed(state, linear_flops(n), 1, [&] {
     lrpe::linear_attention(in.view(in.q), in.view(in.k), in.view(in.v), in.view(in.out), enc,
                            lrpe::feature_maps::elu_plus_one{}, lrpe::linear_options{.causal = true, .chunk = 64},
+                           lrpe::backend::simd<>{});
+  });
+}
+
+// The same computation with the features first, as the front end did before it fused them into
+// the kernel (and as other linearizable encodings still run): φ and the SIMD encoder write Q̃ and
+// K̃ of every head to memory, then the kernel reads them back.
+void linear_simd_rope_features_first(benchmark::State& state) {
+  const index_t n = state.range(0);
+  inputs in(n);
+  const lrpe::rope_neox<T> enc(d);
+  std::vector<T> qf(in.q.size()), kf(in.k.size());
+  run_timed(state, linear_flops(n), 1, [&] {
+    const auto q = in.view(in.q), k = in.view(in.k);
+    const auto qo = lrpe::bnsh(qf.data(), 1, heads, n, d), ko = lrpe::bnsh(kf.data(), 1, heads, n, d);
+    for (index_t h = 0; h < heads; ++h) {
+      const lrpe::matrix_view<const T> qh = q.head(0, h), kh = k.head(0, h);
+      lrpe::backend::simd_detail::features<xsimd::default_arch>(enc, lrpe::feature_maps::elu_plus_one{}, qh, {},
+                                                                  lrpe::canonical::side::query, qo.head(0, h));
+      lrpe::backend::simd_detail::features<xsimd::default_arch>(enc, lrpe::feature_maps::elu_plus_one{}, kh, {},
+                                                                  lrpe::canonical::side::key, ko.head(0, h));
+    }
+    lrpe::linear_attention(qo, ko, in.view(in.v), in.view(in.out), lrpe::no_encoding{},
+                           lrpe::feature_maps::identity{}, lrpe::linear_options{.causal = true, .chunk = 64},
                            lrpe::backend::simd<>{});
   });
 }
@@ -293,6 +317,7 @@ BENCHMARK(linear_simd)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(linear_simd_rope)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(linear_simd_rope_features_first)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(linear_reference)->ArgsProduct({{512, 2048, 4096, 8192}, {0, 1}})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

@@ -140,6 +140,18 @@ def main():
         for r in rows:
             print(sep.join(x.rjust(w[i]) for i, x in enumerate(r)))
 
+    fused, first = t("linear_simd_rope/4096"), t("linear_simd_rope_features_first/4096")
+    tor = torch_recs.get(("linear_causal_rope", 4096, 1))
+    if fused is not None:
+        print(f"\nend to end, n = 4096, 1 thread: causal linear attention with 1+elu then RoPE features: "
+              f"{fmt_ms(fused)} ms (features in the kernel); features first {fmt_ms(first)} ms "
+              f"(x{fmt_r(ratio(first, fused))}); PyTorch {fmt_ms(tor)} ms (x{fmt_r(ratio(tor, fused))})")
+    for name, label in (("softmax_simd_rope/4096", "softmax causal with RoPE"),
+                        ("softmax_simd_alibi/4096", "softmax causal with ALiBi")):
+        if t(name) is not None:
+            print(f"end to end, n = 4096, 1 thread: {label}: {fmt_ms(t(name))} ms "
+                  f"(x{fmt_r(ratio(t(name), t('softmax_simd/4096/1/1')))} of softmax causal alone)")
+
     print("\ntargets (issue 6):")
 
     def check(label, value, ok, want):

@@ -7,7 +7,8 @@ n in {512, 2048, 4096, 8192}, 1 and 2 threads) in PyTorch on the CPU.
 - RoPE: HF-style rotate_half with cached cos/sin, applied to Q and K;
 - linear attention: non-causal (K^T V then Q S) and chunked causal (chunk 64: intra-chunk
   masked QK^T V plus the inter-chunk state), identity feature map, no normalisation — the same
-  computation as the C++ `linear_simd` benchmark.
+  computation as the C++ `linear_simd` benchmark; and at n = 4096, 1 thread, end to end with
+  1+elu features and RoPE on them (`linear_causal_rope`, as the C++ `linear_simd_rope`).
 
 Bench-only: torch is never a dependency of the library or its tests. Install it into a venv
 under build/ (e.g. `python3 -m venv build/venv && build/venv/bin/pip install torch`).
@@ -81,6 +82,12 @@ def linear_causal_chunked(q, k, v, chunk=64):
     return out
 
 
+def linear_causal_rope(q, k, v, cos, sin, chunk=64):
+    """End to end: 1+elu features, HF-style RoPE on them, then chunked causal linear attention."""
+    q, k = rope(F.elu(q) + 1, F.elu(k) + 1, cos, sin)
+    return linear_causal_chunked(q, k, v, chunk)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="build/torch_peer.json")
@@ -104,6 +111,8 @@ def main():
                 "linear": lambda: linear_noncausal(q, k, v),
                 "linear_causal": lambda: linear_causal_chunked(q, k, v),
             }
+            if n == 4096 and threads == 1:
+                cases["linear_causal_rope"] = lambda: linear_causal_rope(q, k, v, cos, sin)
             for name, fn in cases.items():
                 with torch.no_grad():
                     t = timed(fn, args.reps if n <= 4096 else max(1, args.reps // 2))
