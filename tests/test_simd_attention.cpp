@@ -20,6 +20,7 @@ namespace {
 
 using lrpe::index_t;
 using lrpe::position_t;
+using attention_test::for_each_preset;
 using attention_test::random_matrix;
 using attention_test::rm;
 
@@ -185,17 +186,7 @@ TEST_CASE_TEMPLATE("simd softmax, every LRPE preset through the multiplicative p
       CHECK(softmax_case<T>(s, enc, seed + static_cast<std::uint64_t>(++n)) <= tolerance<T>());
     }
   };
-  check(lrpe::type1<T>(d), "type1");
-  check(lrpe::type2<T>(d), "type2");
-  check(lrpe::type3<T>(d), "type3");
-  check(lrpe::type4<T>(d), "type4");
-  check(lrpe::type5<T>(d), "type5");
-  check(lrpe::type6<T>(d), "type6");
-  check(lrpe::type7<T>(d), "type7");
-  check(lrpe::type8<T>(d), "type8");
-  check(lrpe::rope_gptj<T>(d), "rope_gptj");
-  check(lrpe::rope_neox<T>(d), "rope_neox");
-  check(lrpe::permuteformer<T>(d), "permuteformer");
+  for_each_preset<T>(d, check);
 }
 
 TEST_CASE_TEMPLATE("simd softmax: logits of +-1e4 stay finite and equal the reference", T, float, double) {
@@ -375,17 +366,7 @@ TEST_CASE_TEMPLATE("simd linear attention, every LRPE preset and feature map: ==
             tolerance<T>());
     }
   };
-  check(lrpe::type1<T>(d), "type1");
-  check(lrpe::type2<T>(d), "type2");
-  check(lrpe::type3<T>(d), "type3");
-  check(lrpe::type4<T>(d), "type4");
-  check(lrpe::type5<T>(d), "type5");
-  check(lrpe::type6<T>(d), "type6");
-  check(lrpe::type7<T>(d), "type7");
-  check(lrpe::type8<T>(d), "type8");
-  check(lrpe::rope_gptj<T>(d), "rope_gptj");
-  check(lrpe::rope_neox<T>(d), "rope_neox");
-  check(lrpe::permuteformer<T>(d), "permuteformer");
+  for_each_preset<T>(d, check);
 }
 
 TEST_CASE_TEMPLATE("simd causal linear attention in segments with a state == one call; state == reference state", T,
@@ -492,7 +473,7 @@ TEST_CASE_TEMPLATE("simd causal linear self-attention with the features computed
   // Keys at the queries' positions, d_f and d_v multiples of 16, φ then an lrpe encoder (or a
   // vectorised φ alone): the SIMD backend computes Q̃ and K̃ block by block (64 rows) inside the
   // kernel. n crosses the block and chunk boundaries (16, 17, 65, 150); n = 15 has no whole
-  // chunk and takes the stored-features path.
+  // chunk and takes the stored-features path. Type 8 is complex: d_f = 2d = 32.
   const std::uint64_t seed = 0x51D0'0014;
   MESSAGE("seed = " << seed);
   const index_t d = 16, dv = 32;
@@ -519,17 +500,7 @@ TEST_CASE_TEMPLATE("simd causal linear self-attention with the features computed
     }
   };
   check(lrpe::no_encoding{}, "none");
-  check(lrpe::type1<T>(d), "type1");
-  check(lrpe::type2<T>(d), "type2");
-  check(lrpe::type3<T>(d), "type3");
-  check(lrpe::type4<T>(d), "type4");
-  check(lrpe::type5<T>(d), "type5");
-  check(lrpe::type6<T>(d), "type6");
-  check(lrpe::type7<T>(d), "type7");
-  check(lrpe::type8<T>(d), "type8");  // complex: feature_dim = 2·dim = 32
-  check(lrpe::rope_gptj<T>(d), "rope_gptj");
-  check(lrpe::rope_neox<T>(d), "rope_neox");
-  check(lrpe::permuteformer<T>(d), "permuteformer");
+  for_each_preset<T>(d, check);
 }
 
 TEST_CASE_TEMPLATE("simd causal linear attention, features in the kernel: segments with a state, O(block) scratch", T,
