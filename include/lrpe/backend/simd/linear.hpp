@@ -809,7 +809,7 @@ class fused_features {
  * nothing, for any other case.
  */
 /// Rows whose features `linear_fused` computes at a time: 4 one-vector chunks of float on
-/// AVX-512 (32 KiB of Q̃ and K̃ at d = 64, L2-resident); one chunk at a time measured ~10 %
+/// AVX-512 (32 KiB of Q̃ and K̃ at d = 64, L2-resident); one chunk at a time measured 5–15 %
 /// slower end to end (the encoder's per-call and per-position-run costs, paid 4 × as often).
 inline constexpr index_t fused_block = 64;
 
