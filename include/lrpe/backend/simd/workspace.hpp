@@ -32,8 +32,8 @@ class simd_workspace {
  public:
   /// The named buffers; a kernel uses each for one purpose only.
   enum slot : int {
-    q_features,  ///< encoded Q (n_q × d_f), filled by the front end
-    k_features,  ///< encoded K (n_k × d_f)
+    q_features,  ///< encoded Q (n_q × d_f), filled by the front end; or one block of φ(Q) and Q̃ rows (fused linear)
+    k_features,  ///< encoded K (n_k × d_f); or one block of φ(K) and K̃ rows (fused linear)
     k_packed,    ///< K packed by key tiles, keys as the SIMD dimension
     v_packed,    ///< V with rows padded to the key tile and columns to the vector width
     key_bounds,  ///< per key tile: min/max position
