@@ -296,26 +296,30 @@ struct linear_run {
            f % W == 0 && dv % W == 0;
   }
 
-  /// Prefetches into L2 the Q, K and V rows [r0, r0 + m) one row per `step()`, so that the
-  /// misses spread over a chunk's arithmetic: issued all at once, they stall on the L1 miss
-  /// buffers. `finish()` issues what is left.
+  /// Prefetches into L2 the Q, K and V rows [r0, r0 + m) and, for writing, the output rows,
+  /// one row per `step()`, so that the misses spread over a chunk's arithmetic: issued all at
+  /// once, they stall on the L1 miss buffers. `finish()` issues what is left.
   struct row_prefetcher {
+    static constexpr int streams = 4;  ///< Q, K, V, then out
     const T* base[3]{};
-    index_t stride[3]{}, len[3]{};
+    T* out = nullptr;
+    index_t stride[streams]{}, len[streams]{};
     index_t m = 0, next = 0, total = 0;
 
     row_prefetcher() = default;
     row_prefetcher(const linear_problem<T>& p, index_t r0, index_t rows) noexcept
         : base{p.qf.row(r0), p.kf.row(r0), p.v.row(r0)},
-          stride{p.qf.row_stride, p.kf.row_stride, p.v.row_stride},
-          len{p.qf.cols, p.kf.cols, p.v.cols},
+          out(p.out.row(r0)),
+          stride{p.qf.row_stride, p.kf.row_stride, p.v.row_stride, p.out.row_stride},
+          len{p.qf.cols, p.kf.cols, p.v.cols, p.out.cols},
           m(rows),
-          total(3 * rows) {}
+          total(streams * rows) {}
 
     LRPE_ALWAYS_INLINE void step() noexcept {
       if (next < total) {
         const index_t which = next / m, r = next - which * m;
-        prefetch_row<2>(base[which] + r * stride[which], len[which]);
+        if (which < 3) prefetch_row<2>(base[which] + r * stride[which], len[which]);
+        else prefetch_row_for_write(out + r * stride[3], len[3]);
         ++next;
       }
     }
@@ -324,10 +328,13 @@ struct linear_run {
     }
   };
 
-  /// Chunks ahead whose Q, K and V rows `vector_chunks` prefetches into L2. At n = 4096 (32 MiB
-  /// of Q, K, V and out, past L3) the hardware prefetchers alone left ~1.2 µs of a ~4.6 µs
-  /// chunk waiting on first reads; 4 chunks ahead, one row per 4 steps of the Q̃·S loop:
-  /// −13 % (issued in one burst: −2 to −10 %; 1 chunk ahead or into L1: −2 %).
+  /// Chunks ahead whose Q, K, V and output rows `vector_chunks` prefetches into L2. At n = 4096
+  /// (32 MiB of Q, K, V and out, past L3) the hardware prefetchers alone left ~1.2 µs of a
+  /// ~4.6 µs chunk waiting on first reads; 4 chunks ahead, one row per 4 steps of the Q̃·S loop:
+  /// −13 % (issued in one burst: −2 to −10 %; 1 chunk ahead or into L1: −2 %). A chunk's rows
+  /// of one stream are one 4 KiB page at d = 64, where the hardware streamers stop; prefetching
+  /// the output rows for writing as well took another 3–5 % at n = 2048–8192 (the stores no
+  /// longer wait on reads for ownership), most of what 2 MiB pages gave.
   static constexpr index_t prefetch_chunks = 4;
 
   /**

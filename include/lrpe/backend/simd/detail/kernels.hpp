@@ -117,6 +117,15 @@ LRPE_ALWAYS_INLINE void prefetch_row(const T* p, index_t n) noexcept {
   for (std::size_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, Locality);
 }
 
+/// Prefetches the `n` elements of a row about to be written (`prefetchw` where the target has
+/// it: the lines arrive owned, so the stores do not wait on a read for ownership).
+template <class T>
+LRPE_ALWAYS_INLINE void prefetch_row_for_write(T* p, index_t n) noexcept {
+  char* c = reinterpret_cast<char*>(p);
+  const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(T);
+  for (std::size_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 1, 2);
+}
+
 /// f(r, state of row r) for the m rows of x (d features, rows xs apart), states computed a
 /// group at a time, inputs prefetched `mapped_prefetch_rows` ahead.
 template <class Map, class T, class F>
