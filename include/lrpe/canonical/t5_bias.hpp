@@ -51,7 +51,7 @@ class t5_bias {
   }
   /// One head from num_buckets values.
   t5_bias(index_t d, t5_buckets cfg, const std::vector<T>& table)
-      : t5_bias(d, cfg, row_matrix<T>(Eigen::Map<const row_matrix<T>>(table.data(), 1, static_cast<index_t>(table.size())))) {}
+      : t5_bias(d, cfg, detail_::one_row_table(table)) {}
 
   [[nodiscard]] index_t dim() const noexcept { return d_; }
   [[nodiscard]] const t5_buckets& buckets() const noexcept { return cfg_; }

@@ -50,8 +50,7 @@ class toeplitz_bias {
   }
   /// One head from a table of 2r+1 values.
   toeplitz_bias(index_t d, position_t max_distance, const std::vector<T>& table)
-      : toeplitz_bias(d, max_distance,
-                      row_matrix<T>(Eigen::Map<const row_matrix<T>>(table.data(), 1, static_cast<index_t>(table.size())))) {}
+      : toeplitz_bias(d, max_distance, detail_::one_row_table(table)) {}
 
   [[nodiscard]] index_t dim() const noexcept { return d_; }
   [[nodiscard]] position_t max_distance() const noexcept { return r_; }

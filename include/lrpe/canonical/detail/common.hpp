@@ -9,8 +9,10 @@
 #include <lrpe/core/traits.hpp>
 #include <lrpe/detail/validate.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
+#include <vector>
 
 namespace lrpe {
 inline namespace v0 {
@@ -61,6 +63,15 @@ shared_table<M> share(M m) {
 inline void require_head(index_t h, index_t heads, const char* where) {
   lrpe::detail::require_shape(h >= 0 && h < heads, where, "head",
                               lrpe::detail::concat("must be in [0, heads = ", heads, ")"), h);
+}
+
+/// `values` as a 1 × size table. A plain copy: GCC 12 at -O2 and above warns (-Warray-bounds,
+/// a false positive) on Eigen's vectorised copy from a Map of a short vector.
+template <class T>
+row_matrix<T> one_row_table(const std::vector<T>& values) {
+  row_matrix<T> m(1, static_cast<index_t>(values.size()));
+  std::copy(values.begin(), values.end(), m.data());
+  return m;
 }
 
 }  // namespace detail_
