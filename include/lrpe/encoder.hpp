@@ -52,7 +52,7 @@ class encoder {
   /// @throws shape_error if P and Λ have different widths.
   encoder(P p, L l) : p_(std::move(p)), l_(std::move(l)) {
     detail::require_shape(p_.dim() == l_.dim(), "lrpe::encoder", "lambda.dim()",
-                          detail::concat("must equal p.dim() = ", p_.dim()), l_.dim());
+                          detail::lazy_concat("must equal p.dim() = ", p_.dim()), l_.dim());
   }
 
   [[nodiscard]] const P& p() const noexcept { return p_; }

@@ -160,7 +160,7 @@ class rope_gptj : public encoder<p::identity<T>, lambda::rotation<T>> {
   static std::vector<double> rope_theta(index_t d, double base, index_t rotary_dim) {
     if (rotary_dim == 0) rotary_dim = d - d % 2;
     detail::require_shape(rotary_dim >= 2 && rotary_dim % 2 == 0 && rotary_dim <= d, "lrpe::rope",
-                          "rotary_dim", detail::concat("must be even and in [2, d = ", d, "]"), rotary_dim);
+                          "rotary_dim", detail::lazy_concat("must be even and in [2, d = ", d, "]"), rotary_dim);
     return freq::rope(rotary_dim / 2, base, rotary_dim);
   }
 };

@@ -146,10 +146,10 @@ void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<c
   if (state != nullptr) {
     require_parameter(options.causal, where, "options.causal", "must be true when a state is given", "false");
     require_shape(state->feature_dim() == f && state->value_dim() == v.cols, where, "state",
-                  concat("must be ", f, "x", v.cols, " (feature_dim x v.cols)"),
-                  concat(state->feature_dim(), "x", state->value_dim()));
+                  lazy_concat("must be ", f, "x", v.cols, " (feature_dim x v.cols)"),
+                  lazy_concat(state->feature_dim(), "x", state->value_dim()));
     require_parameter(state->decay() == options.decay, where, "options.decay",
-                      concat("must equal state.decay() = ", state->decay()), options.decay);
+                      lazy_concat("must equal state.decay() = ", state->decay()), options.decay);
   }
   if (options.causal) {
     require_monotone(options.q_positions, q.rows, where, "options.q_positions");
@@ -157,12 +157,12 @@ void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<c
     if (state != nullptr && !state->empty()) {
       if (q.rows > 0) {
         require_parameter(options.q_positions[0] >= state->last_position(), where, "options.q_positions[0]",
-                          concat("must be >= state.last_position() = ", state->last_position()),
+                          lazy_concat("must be >= state.last_position() = ", state->last_position()),
                           options.q_positions[0]);
       }
       if (k.rows > 0) {
         require_parameter(options.k_positions[0] >= state->last_position(), where, "options.k_positions[0]",
-                          concat("must be >= state.last_position() = ", state->last_position()),
+                          lazy_concat("must be >= state.last_position() = ", state->last_position()),
                           options.k_positions[0]);
       }
     }

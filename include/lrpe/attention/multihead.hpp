@@ -67,15 +67,15 @@ inline constexpr bool is_heads_view_v<heads_view<T>> = true;
 template <class T>
 void validate_heads(const heads_view<T>& x, const char* where, const char* arg) {
   require_shape(x.batch >= 0 && x.heads >= 0 && x.seq >= 0 && x.dim >= 0, where, arg,
-                "must have non-negative extents", concat(x.batch, "x", x.heads, "x", x.seq, "x", x.dim));
+                "must have non-negative extents", lazy_concat(x.batch, "x", x.heads, "x", x.seq, "x", x.dim));
   require_shape(x.seq <= 1 || x.seq_stride >= x.dim, where, arg,
-                concat("must have seq_stride >= dim (", x.dim, ")"), x.seq_stride);
+                lazy_concat("must have seq_stride >= dim (", x.dim, ")"), x.seq_stride);
 }
 
 template <class T, class U>
 void require_same_bh(const heads_view<T>& a, const heads_view<U>& b, const char* where, const char* arg) {
   require_shape(a.batch == b.batch && a.heads == b.heads, where, arg,
-                concat("must have batch x heads = ", a.batch, "x", a.heads), concat(b.batch, "x", b.heads));
+                lazy_concat("must have batch x heads = ", a.batch, "x", a.heads), lazy_concat(b.batch, "x", b.heads));
 }
 
 /// A per-head table (canonical alibi, t5_bias, urpe, ...): `heads()` and `head(h)` of the same type.
@@ -89,7 +89,7 @@ concept multi_head_table = requires(const E& e, index_t h) {
 template <multi_head_table E>
 E table_head(const E& e, index_t h, index_t heads, const char* where, const char* arg) {
   if (e.heads() == 1) return e;
-  require_shape(e.heads() == heads, where, arg, concat("must have 1 or ", heads, " heads (one per head)"), e.heads());
+  require_shape(e.heads() == heads, where, arg, lazy_concat("must have 1 or ", heads, " heads (one per head)"), e.heads());
   return e.head(h);
 }
 
@@ -105,7 +105,7 @@ decltype(auto) head_encoding(const E& e, index_t h, index_t heads, const char* w
     return e(h);
   } else if constexpr (std::ranges::random_access_range<const E> && std::ranges::sized_range<const E>) {
     require_shape(static_cast<index_t>(std::ranges::size(e)) == heads, where, "encodings.size()",
-                  concat("must equal the number of heads = ", heads), std::ranges::size(e));
+                  lazy_concat("must equal the number of heads = ", heads), std::ranges::size(e));
     return std::ranges::begin(e)[static_cast<std::ptrdiff_t>(h)];
   } else {
     return (e);

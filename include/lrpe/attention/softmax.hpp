@@ -43,10 +43,10 @@ void validate_qkv(const matrix_view<const T>& q, const matrix_view<const T>& k,
   validate(k, where, "k");
   validate(v, where, "v");
   validate(out, where, "out");
-  require_shape(k.cols == q.cols, where, "k.cols", concat("must equal q.cols = ", q.cols), k.cols);
-  require_shape(v.rows == k.rows, where, "v.rows", concat("must equal k.rows = ", k.rows), v.rows);
-  require_shape(out.rows == q.rows, where, "out.rows", concat("must equal q.rows = ", q.rows), out.rows);
-  require_shape(out.cols == v.cols, where, "out.cols", concat("must equal v.cols = ", v.cols), out.cols);
+  require_shape(k.cols == q.cols, where, "k.cols", lazy_concat("must equal q.cols = ", q.cols), k.cols);
+  require_shape(v.rows == k.rows, where, "v.rows", lazy_concat("must equal k.rows = ", k.rows), v.rows);
+  require_shape(out.rows == q.rows, where, "out.rows", lazy_concat("must equal q.rows = ", q.rows), out.rows);
+  require_shape(out.cols == v.cols, where, "out.cols", lazy_concat("must equal v.cols = ", v.cols), out.cols);
   qp.require_rows(q.rows, where, "options.q_positions");
   kp.require_rows(k.rows, where, "options.k_positions");
 }
@@ -55,7 +55,7 @@ template <class T, class E>
 void require_encoding_dim(const E& e, index_t d, const char* where) {
   if constexpr (has_dim<E>) {
     require_shape(static_cast<index_t>(e.dim()) == d, where, "encoding.dim()",
-                  concat("must equal q.cols = ", d), e.dim());
+                  lazy_concat("must equal q.cols = ", d), e.dim());
   }
 }
 
@@ -185,7 +185,7 @@ void softmax_attention(const Q& q_in, const K& k_in, const V& v_in, O&& out_in, 
   if constexpr (!is_none) detail::require_encoding_dim<T>(encoding, d, where);
   if constexpr (value_encoding<Encoding>) {
     detail::require_shape(v.cols == static_cast<index_t>(encoding.dim()), where, "v.cols",
-                          detail::concat("must equal encoding.dim() = ", encoding.dim(),
+                          detail::lazy_concat("must equal encoding.dim() = ", encoding.dim(),
                                          " (the encoding adds a^V to the values)"),
                           v.cols);
   }

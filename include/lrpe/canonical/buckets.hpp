@@ -48,11 +48,11 @@ struct t5_buckets {
   void validate(const char* where) const {
     const index_t min_buckets = bidirectional ? 4 : 2;
     detail::require_parameter(num_buckets >= min_buckets, where, "num_buckets",
-                              detail::concat("must be >= ", min_buckets,
+                              detail::lazy_concat("must be >= ", min_buckets,
                                              bidirectional ? " for bidirectional buckets" : " for causal buckets"),
                               num_buckets);
     detail::require_parameter(max_distance > max_exact(), where, "max_distance",
-                              detail::concat("must be > max_exact = ", max_exact(),
+                              detail::lazy_concat("must be > max_exact = ", max_exact(),
                                              " (num_buckets", bidirectional ? "/4" : "/2", ")"),
                               max_distance);
   }
@@ -116,7 +116,7 @@ struct deberta_buckets {
                                 "must be >= 4 (or <= 0 for no log buckets)", position_buckets);
       detail::require_parameter(max_relative_positions - 1 > position_buckets / 2, where,
                                 "max_relative_positions",
-                                detail::concat("must be > position_buckets/2 + 1 = ", position_buckets / 2 + 1),
+                                detail::lazy_concat("must be > position_buckets/2 + 1 = ", position_buckets / 2 + 1),
                                 max_relative_positions);
     }
   }

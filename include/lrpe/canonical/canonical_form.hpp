@@ -42,11 +42,11 @@ class term {
   term(QM q, W w, KM k) : q_(std::move(q)), w_(std::move(w)), k_(std::move(k)) {
     constexpr const char* where = "lrpe::canonical::term";
     detail::require_shape(q_.in_dim() == k_.in_dim(), where, "k_map.in_dim()",
-                          detail::concat("must equal q_map.in_dim() = ", q_.in_dim()), k_.in_dim());
+                          detail::lazy_concat("must equal q_map.in_dim() = ", q_.in_dim()), k_.in_dim());
     detail::require_shape(q_.out_dim() == w_.rows(), where, "w.rows()",
-                          detail::concat("must equal q_map.out_dim() = ", q_.out_dim()), w_.rows());
+                          detail::lazy_concat("must equal q_map.out_dim() = ", q_.out_dim()), w_.rows());
     detail::require_shape(k_.out_dim() == w_.cols(), where, "w.cols()",
-                          detail::concat("must equal k_map.out_dim() = ", k_.out_dim()), w_.cols());
+                          detail::lazy_concat("must equal k_map.out_dim() = ", k_.out_dim()), w_.cols());
   }
 
   [[nodiscard]] const QM& q_map() const noexcept { return q_; }
@@ -117,7 +117,7 @@ class canonical_form {
     const index_t d = std::get<0>(terms_).dim();
     std::apply([d](const auto&... t) {
       (detail::require_shape(t.dim() == d, "lrpe::canonical::canonical_form", "term.dim()",
-                             detail::concat("must equal the first term's dim() = ", d), t.dim()), ...);
+                             detail::lazy_concat("must equal the first term's dim() = ", d), t.dim()), ...);
     }, terms_);
   }
 
@@ -191,8 +191,8 @@ template <class V, class DQ, class DK>
   using T = typename V::scalar;
   constexpr const char* where = "lrpe::canonical::score_matrix";
   const row_matrix<T> qr = q, kr = k;
-  detail::require_shape(qr.cols() == v.dim(), where, "q.cols", detail::concat("must equal dim() = ", v.dim()), qr.cols());
-  detail::require_shape(kr.cols() == v.dim(), where, "k.cols", detail::concat("must equal dim() = ", v.dim()), kr.cols());
+  detail::require_shape(qr.cols() == v.dim(), where, "q.cols", detail::lazy_concat("must equal dim() = ", v.dim()), qr.cols());
+  detail::require_shape(kr.cols() == v.dim(), where, "k.cols", detail::lazy_concat("must equal dim() = ", v.dim()), kr.cols());
   qpos.require_rows(qr.rows(), where, "qpos");
   kpos.require_rows(kr.rows(), where, "kpos");
   dense_matrix<double> out(qr.rows(), kr.rows());

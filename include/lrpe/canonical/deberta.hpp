@@ -99,13 +99,13 @@ class deberta_v2 {
     cfg.validate(where);
     const index_t rows = 2 * cfg.span();
     lrpe::detail::require_shape(rel_embeddings.rows() >= rows, where, "rel_embeddings.rows()",
-                                lrpe::detail::concat("must be >= 2*span = ", rows), rel_embeddings.rows());
+                                lrpe::detail::lazy_concat("must be >= 2*span = ", rows), rel_embeddings.rows());
     auto project = [&](const linear_projection<T>& p, const char* arg) -> row_matrix<T> {
       detail_::require_table_shape(p.weight, rel_embeddings.cols(), heads * d, where, arg);
       row_matrix<T> out = rel_embeddings.topRows(rows) * p.weight;
       if (p.bias.size() != 0) {
         lrpe::detail::require_shape(p.bias.size() == heads * d, where, "bias.size()",
-                                    lrpe::detail::concat("must be heads*d = ", heads * d), p.bias.size());
+                                    lrpe::detail::lazy_concat("must be heads*d = ", heads * d), p.bias.size());
         out.rowwise() += p.bias.transpose();
       }
       return out;

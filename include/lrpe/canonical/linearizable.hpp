@@ -112,7 +112,7 @@ template <class V, class Derived>
                 "lrpe::canonical::features: the rows must have the variant's scalar type");
   constexpr const char* where = "lrpe::canonical::features";
   const row_matrix<T> rows = x;
-  detail::require_shape(rows.cols() == v.dim(), where, "x.cols", detail::concat("must equal dim() = ", v.dim()),
+  detail::require_shape(rows.cols() == v.dim(), where, "x.cols", detail::lazy_concat("must equal dim() = ", v.dim()),
                         rows.cols());
   pos.require_rows(rows.rows(), where);
   row_matrix<T> out;

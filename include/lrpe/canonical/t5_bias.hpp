@@ -43,9 +43,9 @@ class t5_bias {
     lrpe::detail::require_shape(d >= 1, where, "d", "must be >= 1", d);
     cfg_.validate(where);
     lrpe::detail::require_shape(table.rows() >= 1 && table.cols() == cfg.num_buckets, where, "table",
-                                lrpe::detail::concat("must be heads x num_buckets = heads x ", cfg.num_buckets,
+                                lrpe::detail::lazy_concat("must be heads x num_buckets = heads x ", cfg.num_buckets,
                                                      " with heads >= 1"),
-                                lrpe::detail::concat(table.rows(), "x", table.cols()));
+                                lrpe::detail::lazy_concat(table.rows(), "x", table.cols()));
     detail_::require_finite_table(table, where, "table");
     table_ = detail_::share(std::move(table));
   }

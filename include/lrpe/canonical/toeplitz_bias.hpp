@@ -42,9 +42,9 @@ class toeplitz_bias {
     lrpe::detail::require_shape(d >= 1, where, "d", "must be >= 1", d);
     lrpe::detail::require_parameter(max_distance >= 0, where, "max_distance", "must be >= 0", max_distance);
     lrpe::detail::require_shape(table.rows() >= 1 && table.cols() == 2 * max_distance + 1, where, "table",
-                                lrpe::detail::concat("must be heads x (2*max_distance+1) = heads x ", 2 * max_distance + 1,
+                                lrpe::detail::lazy_concat("must be heads x (2*max_distance+1) = heads x ", 2 * max_distance + 1,
                                                      " with heads >= 1"),
-                                lrpe::detail::concat(table.rows(), "x", table.cols()));
+                                lrpe::detail::lazy_concat(table.rows(), "x", table.cols()));
     detail_::require_finite_table(table, where, "table");
     table_ = detail_::share(std::move(table));
   }

@@ -22,6 +22,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 
 namespace lrpe {
@@ -66,26 +67,46 @@ template <class... Args>
 }
 
 /**
+ * The parts of a message, written out only when a check fails: `lazy_concat("must equal q.cols
+ * = ", d)` in place of `concat(...)` as a `require_*` expectation (or value) costs nothing when
+ * the check passes, where `concat` formats through a `std::ostringstream` every call (~1 µs, a
+ * heap allocation; measurable on per-token paths). Holds references: use it only as an
+ * argument of the call that may throw (the parts live until the end of that expression).
+ */
+template <class... Args>
+struct lazy_message {
+  std::tuple<Args const&...> parts;
+
+  friend std::ostream& operator<<(std::ostream& os, const lazy_message& m) {
+    std::apply([&os](auto const&... a) { (os << ... << a); }, m.parts);
+    return os;
+  }
+};
+
+template <class... Args>
+[[nodiscard]] lazy_message<Args...> lazy_concat(Args const&... args) noexcept {
+  return {std::tuple<Args const&...>(args...)};
+}
+
+/**
  * Throws `E` with the house message format:
  * `<where>: argument '<arg>' <expectation>; got <value>`.
  */
-template <class E, class Value>
-[[noreturn]] void fail(const char* where, const char* arg, const std::string& expectation,
-                       Value const& got) {
+template <class E, class Expectation, class Value>
+[[noreturn]] void fail(const char* where, const char* arg, Expectation const& expectation, Value const& got) {
   throw E(concat(where, ": argument '", arg, "' ", expectation, "; got ", got));
 }
 
-/// Throws `shape_error` unless `cond`.
-template <class Value>
-void require_shape(bool cond, const char* where, const char* arg, const std::string& expectation,
-                   Value const& got) {
+/// Throws `shape_error` unless `cond`. `expectation`: text, or `lazy_concat(...)` parts.
+template <class Expectation, class Value>
+void require_shape(bool cond, const char* where, const char* arg, Expectation const& expectation, Value const& got) {
   if (!cond) fail<shape_error>(where, arg, expectation, got);
 }
 
-/// Throws `parameter_error` unless `cond`.
-template <class Value>
-void require_parameter(bool cond, const char* where, const char* arg,
-                       const std::string& expectation, Value const& got) {
+/// Throws `parameter_error` unless `cond`. `expectation`: text, or `lazy_concat(...)` parts.
+template <class Expectation, class Value>
+void require_parameter(bool cond, const char* where, const char* arg, Expectation const& expectation,
+                       Value const& got) {
   if (!cond) fail<parameter_error>(where, arg, expectation, got);
 }
 
@@ -94,7 +115,7 @@ void require_parameter(bool cond, const char* where, const char* arg,
 template <class A, class B>
 void require_equal(A const& got, B const& expected, const char* where, const char* arg,
                    const char* expected_name) {
-  if (!(got == expected)) fail<shape_error>(where, arg, concat("must equal ", expected_name, " = ", expected), got);
+  if (!(got == expected)) fail<shape_error>(where, arg, lazy_concat("must equal ", expected_name, " = ", expected), got);
 }
 
 }  // namespace detail

@@ -31,7 +31,7 @@ void require_finite(std::span<const T> values, const char* where, const char* ar
 
 /// `got == expected` for a length.
 inline void require_size(index_t got, index_t expected, const char* where, const char* arg) {
-  require_shape(got == expected, where, arg, concat("must have size ", expected), got);
+  require_shape(got == expected, where, arg, lazy_concat("must have size ", expected), got);
 }
 
 }  // namespace detail

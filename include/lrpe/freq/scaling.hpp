@@ -121,7 +121,7 @@ inline std::vector<double> llama3(std::span<const double> theta, double factor =
   detail_::require_positive(low_freq_factor, where, "low_freq_factor");
   detail_::require_positive(original_length, where, "original_length");
   detail::require_parameter(high_freq_factor > low_freq_factor, where, "high_freq_factor",
-                            detail::concat("must be > low_freq_factor = ", low_freq_factor), high_freq_factor);
+                            detail::lazy_concat("must be > low_freq_factor = ", low_freq_factor), high_freq_factor);
   std::vector<double> out = user(theta);
   const double low_wavelen = original_length / low_freq_factor;
   const double high_wavelen = original_length / high_freq_factor;

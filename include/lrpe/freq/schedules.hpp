@@ -55,7 +55,7 @@ inline std::vector<double> rope(index_t pairs, double base = 10000.0, index_t wi
   detail::require_shape(pairs >= 1, where, "pairs", "must be >= 1", pairs);
   detail_::require_base(base, where);
   if (width == 0) width = 2 * pairs;
-  detail::require_shape(width >= 2 * pairs, where, "width", detail::concat("must be >= 2*pairs = ", 2 * pairs), width);
+  detail::require_shape(width >= 2 * pairs, where, "width", detail::lazy_concat("must be >= 2*pairs = ", 2 * pairs), width);
   std::vector<double> theta(static_cast<std::size_t>(pairs));
   for (index_t k = 0; k < pairs; ++k)
     theta[static_cast<std::size_t>(k)] = std::pow(base, -2.0 * static_cast<double>(k) / static_cast<double>(width));

@@ -39,7 +39,7 @@ class complex_phase {
     constexpr const char* where = "lrpe::lambda::complex_phase";
     detail::require_dim(d, where);
     detail::require_shape(!theta_.empty() && static_cast<index_t>(theta_.size()) <= d, where,
-                          "theta.size()", detail::concat("must be in [1, d] = [1, ", d, "]"),
+                          "theta.size()", detail::lazy_concat("must be in [1, d] = [1, ", d, "]"),
                           theta_.size());
     detail::require_finite(std::span<const double>(theta_), where, "theta");
   }

@@ -55,7 +55,7 @@ class rotation {
     detail::require_dim(d, where);
     const auto e = 2 * static_cast<index_t>(theta_.size());
     detail::require_shape(e >= 2 && e <= d, where, "theta.size()",
-                          detail::concat("must be in [1, d/2] = [1, ", d / 2, "] (rotated width 2*theta.size() <= d)"),
+                          detail::lazy_concat("must be in [1, d/2] = [1, ", d / 2, "] (rotated width 2*theta.size() <= d)"),
                           theta_.size());
     detail::require_finite(std::span<const double>(theta_), where, "theta");
   }

@@ -41,13 +41,13 @@ class dense {
     constexpr const char* where = "lrpe::p::dense";
     detail::require_dim(m_.rows(), where, "m.rows()");
     detail::require_shape(m_.rows() == m_.cols(), where, "m", "must be square",
-                          detail::concat(m_.rows(), "x", m_.cols()));
+                          detail::lazy_concat(m_.rows(), "x", m_.cols()));
     if (!m_.allFinite()) throw domain_error(detail::concat(where, ": argument 'm' must be finite"));
     if (tol < 0) tol = default_tolerance(m_.rows());
     const double err = static_cast<double>(
         (m_.adjoint() * m_ - dense_matrix<S>::Identity(m_.rows(), m_.cols())).cwiseAbs().maxCoeff());
     detail::require_parameter(err <= tol, where, "m",
-                              detail::concat("must be unitary (max |PᴴP - I| <= ", tol, ")"), err);
+                              detail::lazy_concat("must be unitary (max |PᴴP - I| <= ", tol, ")"), err);
   }
 
   [[nodiscard]] index_t dim() const noexcept { return m_.rows(); }

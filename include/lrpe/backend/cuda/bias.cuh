@@ -108,7 +108,7 @@ class device_bias {
       b.fixed_head = static_cast<int>(head_index_);
     } else {
       ::lrpe::detail::require_shape(launch_heads == desc_.heads, where, "bias.heads()",
-                                    ::lrpe::detail::concat("must be 1 or the number of heads of q (", launch_heads, ")"),
+                                    ::lrpe::detail::lazy_concat("must be 1 or the number of heads of q (", launch_heads, ")"),
                                     desc_.heads);
       b.fixed_head = -1;
     }

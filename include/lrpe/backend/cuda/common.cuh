@@ -27,20 +27,21 @@ template <class T>
 void validate_attention_views(const encoder_desc& enc, const device_view<const T>& q, const device_view<const T>& k,
                               const device_view<const T>& v, const device_view<T>& out, const char* where) {
   using ::lrpe::detail::concat;
+  using ::lrpe::detail::lazy_concat;
   using ::lrpe::detail::require_shape;
   validate_view(q, where, "q");
   validate_view(k, where, "k");
   validate_view(v, where, "v");
   validate_view(out, where, "out");
-  require_shape(q.dim == enc.d, where, "q.dim", concat("must equal the encoder's dim() = ", enc.d), q.dim);
-  require_shape(k.dim == q.dim, where, "k.dim", concat("must equal q.dim = ", q.dim), k.dim);
+  require_shape(q.dim == enc.d, where, "q.dim", lazy_concat("must equal the encoder's dim() = ", enc.d), q.dim);
+  require_shape(k.dim == q.dim, where, "k.dim", lazy_concat("must equal q.dim = ", q.dim), k.dim);
   require_shape(k.batch == q.batch && k.heads == q.heads, where, "k", "must have the batch and heads of q",
-                concat(k.batch, "x", k.heads));
+                lazy_concat(k.batch, "x", k.heads));
   require_same_rows(v, k, where, "v", "k");
   require_same_rows(out, q, where, "out", "q");
-  require_shape(out.dim == v.dim, where, "out.dim", concat("must equal v.dim = ", v.dim), out.dim);
+  require_shape(out.dim == v.dim, where, "out.dim", lazy_concat("must equal v.dim = ", v.dim), out.dim);
   require_shape(q.heads <= 65535 && q.batch <= 65535, where, "q", "must have at most 65535 heads and batches",
-                concat(q.batch, "x", q.heads));
+                lazy_concat(q.batch, "x", q.heads));
 }
 
 /**

@@ -67,7 +67,7 @@ class device_encoder {
     using T = typename P::scalar;
     const index_t d = e.dim();
     ::lrpe::detail::require_shape(d >= 1 && d <= detail::max_encoder_dim, "lrpe::cuda::device_encoder", "e.dim()",
-                                  ::lrpe::detail::concat("must be in [1, ", detail::max_encoder_dim, "]"), d);
+                                  ::lrpe::detail::lazy_concat("must be in [1, ", detail::max_encoder_dim, "]"), d);
     desc_.d = static_cast<int>(d);
     desc_.feature_dim = static_cast<int>(e.feature_dim());
     desc_.is_complex = encoder<P, L>::is_complex;

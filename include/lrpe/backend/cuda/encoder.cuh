@@ -54,11 +54,12 @@ template <class T>
 void validate_encode_pair(const encoder_desc& e, const device_view<const T>& x, const device_view<T>& out,
                           const char* where, const char* xn, const char* on) {
   using ::lrpe::detail::concat;
+  using ::lrpe::detail::lazy_concat;
   validate_view(x, where, xn);
   validate_view(out, where, on);
-  ::lrpe::detail::require_shape(x.dim == e.d, where, xn, concat("must have dim = encoder dim() = ", e.d), x.dim);
+  ::lrpe::detail::require_shape(x.dim == e.d, where, xn, lazy_concat("must have dim = encoder dim() = ", e.d), x.dim);
   ::lrpe::detail::require_shape(out.dim == e.feature_dim, where, on,
-                                concat("must have dim = encoder feature_dim() = ", e.feature_dim), out.dim);
+                                lazy_concat("must have dim = encoder feature_dim() = ", e.feature_dim), out.dim);
   require_same_rows(out, x, where, on, xn);
   const void* xb = x.data;
   const void* ob = out.data;
@@ -69,7 +70,7 @@ void validate_encode_pair(const encoder_desc& e, const device_view<const T>& x, 
         where, on,
         "may alias the input only for a real encoder (feature_dim() == dim()) with identical strides "
         "(in-place encoding)",
-        concat("feature_dim ", e.feature_dim, ", dim ", e.d));
+        lazy_concat("feature_dim ", e.feature_dim, ", dim ", e.d));
   }
 }
 

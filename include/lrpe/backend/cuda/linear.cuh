@@ -289,6 +289,7 @@ void linear_launch(const encoder_desc& enc, device_feature_map phi, device_view<
                    device_view<const T> v, device_view<T> out, const linear_options& o, cudaStream_t stream) {
   constexpr const char* where = "lrpe::cuda::linear_attention";
   using ::lrpe::detail::concat;
+  using ::lrpe::detail::lazy_concat;
   using ::lrpe::detail::require_shape;
   validate_attention_views(enc, q, k, v, out, where);
   ::lrpe::detail::require_eps(o.eps, where);
@@ -296,9 +297,9 @@ void linear_launch(const encoder_desc& enc, device_feature_map phi, device_view<
   linear_params p{};
   if (!o.head_decays.empty()) {
     require_shape(static_cast<index_t>(o.head_decays.size()) == q.heads, where, "options.head_decays.size()",
-                  concat("must equal the number of heads (", q.heads, ")"), o.head_decays.size());
+                  lazy_concat("must equal the number of heads (", q.heads, ")"), o.head_decays.size());
     require_shape(q.heads <= max_decay_heads, where, "options.head_decays.size()",
-                  concat("must be at most ", max_decay_heads), o.head_decays.size());
+                  lazy_concat("must be at most ", max_decay_heads), o.head_decays.size());
     for (std::size_t i = 0; i < o.head_decays.size(); ++i) {
       ::lrpe::detail::require_decay(o.head_decays[i], where, "options.head_decays");
       p.decay[i] = o.head_decays[i];

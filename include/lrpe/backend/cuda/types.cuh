@@ -154,7 +154,7 @@ class device_buffer {
   /// Copies `host` (exactly size() elements) to the device.
   void upload(const std::vector<T>& host) {
     ::lrpe::detail::require_shape(host.size() == n_, "lrpe::cuda::device_buffer::upload", "host.size()",
-                                  ::lrpe::detail::concat("must equal size() = ", n_), host.size());
+                                  ::lrpe::detail::lazy_concat("must equal size() = ", n_), host.size());
     if (n_ > 0) LRPE_CUDA_CHECK(cudaMemcpy(p_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
   }
   /// The device contents, copied to the host (synchronous).
@@ -180,13 +180,14 @@ namespace detail {
 template <class T>
 void validate_view(const device_view<T>& v, const char* where, const char* arg) {
   using ::lrpe::detail::concat;
+  using ::lrpe::detail::lazy_concat;
   using ::lrpe::detail::require_shape;
   require_shape(v.batch >= 0 && v.heads >= 0 && v.seq >= 0 && v.dim >= 0, where, arg,
-                "must have non-negative sizes", concat(v.batch, "x", v.heads, "x", v.seq, "x", v.dim));
+                "must have non-negative sizes", lazy_concat(v.batch, "x", v.heads, "x", v.seq, "x", v.dim));
   require_shape(v.batch_stride >= 0 && v.head_stride >= 0 && v.seq_stride >= 0, where, arg,
-                "must have non-negative strides", concat(v.batch_stride, ",", v.head_stride, ",", v.seq_stride));
+                "must have non-negative strides", lazy_concat(v.batch_stride, ",", v.head_stride, ",", v.seq_stride));
   require_shape(v.seq <= 1 || v.seq_stride >= v.dim, where, arg,
-                concat("must have seq_stride >= dim (", v.dim, ")"), v.seq_stride);
+                lazy_concat("must have seq_stride >= dim (", v.dim, ")"), v.seq_stride);
   require_shape(v.rows() == 0 || v.dim == 0 || v.data != nullptr, where, arg,
                 "must have non-null data when non-empty", "nullptr");
 }
@@ -197,9 +198,9 @@ void require_same_rows(const device_view<T>& v, const device_view<U>& ref, const
                        const char* ref_name) {
   ::lrpe::detail::require_shape(
       v.batch == ref.batch && v.heads == ref.heads && v.seq == ref.seq, where, arg,
-      ::lrpe::detail::concat("must have the batch x heads x seq of ", ref_name, " (", ref.batch, "x", ref.heads, "x",
+      ::lrpe::detail::lazy_concat("must have the batch x heads x seq of ", ref_name, " (", ref.batch, "x", ref.heads, "x",
                              ref.seq, ")"),
-      ::lrpe::detail::concat(v.batch, "x", v.heads, "x", v.seq));
+      ::lrpe::detail::lazy_concat(v.batch, "x", v.heads, "x", v.seq));
 }
 
 /// The largest dynamic shared memory a block of the current device may opt in to.
@@ -216,9 +217,9 @@ template <class Kernel>
 void reserve_shared(Kernel kernel, std::size_t bytes, const char* where, const char* what) {
   const std::size_t limit = max_dynamic_shared_bytes();
   ::lrpe::detail::require_shape(bytes <= limit, where, what,
-                                ::lrpe::detail::concat("needs at most ", limit,
+                                ::lrpe::detail::lazy_concat("needs at most ", limit,
                                                        " bytes of shared memory per block on this device"),
-                                ::lrpe::detail::concat(bytes, " bytes"));
+                                ::lrpe::detail::lazy_concat(bytes, " bytes"));
   if (bytes > 48 * 1024) {
     LRPE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   }

@@ -219,10 +219,10 @@ class simd_encoder {
       return;
     validate(x, where, xn);
     validate(out, where, on);
-    detail::require_shape(x.cols == d, where, xn, detail::concat("must have dim() = ", d, " columns"), x.cols);
-    detail::require_shape(out.cols == f, where, on, detail::concat("must have feature_dim() = ", f, " columns"),
+    detail::require_shape(x.cols == d, where, xn, detail::lazy_concat("must have dim() = ", d, " columns"), x.cols);
+    detail::require_shape(out.cols == f, where, on, detail::lazy_concat("must have feature_dim() = ", f, " columns"),
                           out.cols);
-    detail::require_shape(out.rows == x.rows, where, on, detail::concat("must have ", x.rows, " rows"), out.rows);
+    detail::require_shape(out.rows == x.rows, where, on, detail::lazy_concat("must have ", x.rows, " rows"), out.rows);
     pos.require_rows(x.rows, where);
   }
   void check_heads(const heads_view<const scalar>& x, const heads_view<scalar>& out, const positions& pos,
@@ -232,10 +232,10 @@ class simd_encoder {
       return;
     }
     detail::require_shape(x.batch >= 0 && x.heads >= 0, where, xn, "must have non-negative batch and heads",
-                          detail::concat(x.batch, "x", x.heads));
+                          detail::lazy_concat(x.batch, "x", x.heads));
     detail::require_shape(out.batch == x.batch && out.heads == x.heads, where, on,
-                          detail::concat("must have ", x.batch, " batch entries and ", x.heads, " heads"),
-                          detail::concat(out.batch, "x", out.heads));
+                          detail::lazy_concat("must have ", x.batch, " batch entries and ", x.heads, " heads"),
+                          detail::lazy_concat(out.batch, "x", out.heads));
     if (x.batch > 0 && x.heads > 0) check(x.head(0, 0), out.head(0, 0), pos, where, xn, on);
   }
 
@@ -467,9 +467,9 @@ void encode_qk(backend::reference, const E& enc, heads_view<const typename E::sc
                heads_view<typename E::scalar> k_out) {
   constexpr const char* where = "lrpe::encode_qk";
   detail::require_shape(q_out.batch == q.batch && q_out.heads == q.heads, where, "q_out",
-                        "must have q's batch and heads", detail::concat(q_out.batch, "x", q_out.heads));
+                        "must have q's batch and heads", detail::lazy_concat(q_out.batch, "x", q_out.heads));
   detail::require_shape(k_out.batch == k.batch && k_out.heads == k.heads, where, "k_out",
-                        "must have k's batch and heads", detail::concat(k_out.batch, "x", k_out.heads));
+                        "must have k's batch and heads", detail::lazy_concat(k_out.batch, "x", k_out.heads));
   for (index_t b = 0; b < q.batch; ++b)
     for (index_t h = 0; h < q.heads; ++h) enc.encode(q.head(b, h), q_pos, q_out.head(b, h));
   for (index_t b = 0; b < k.batch; ++b)

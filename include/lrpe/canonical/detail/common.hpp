@@ -38,8 +38,8 @@ inline void require_finite_value(double x, const char* where, const char* arg) {
 template <class M>
 void require_table_shape(const M& m, index_t rows, index_t cols, const char* where, const char* arg) {
   lrpe::detail::require_shape(m.rows() == rows && m.cols() == cols, where, arg,
-                              lrpe::detail::concat("must be ", rows, "x", cols),
-                              lrpe::detail::concat(m.rows(), "x", m.cols()));
+                              lrpe::detail::lazy_concat("must be ", rows, "x", cols),
+                              lrpe::detail::lazy_concat(m.rows(), "x", m.cols()));
 }
 
 /// Σ a_i b_i accumulated in double.
@@ -62,7 +62,7 @@ shared_table<M> share(M m) {
 /// Throws `shape_error` unless 0 <= h < heads.
 inline void require_head(index_t h, index_t heads, const char* where) {
   lrpe::detail::require_shape(h >= 0 && h < heads, where, "head",
-                              lrpe::detail::concat("must be in [0, heads = ", heads, ")"), h);
+                              lrpe::detail::lazy_concat("must be in [0, heads = ", heads, ")"), h);
 }
 
 /// `values` as a 1 × size table. A plain copy: GCC 12 at -O2 and above warns (-Warray-bounds,
