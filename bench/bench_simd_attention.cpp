@@ -285,6 +285,41 @@ void linear_simd_rope_features_first(benchmark::State& state) {
   });
 }
 
+// Decode: 64 tokens, one at a time, each through the 8 heads' states (1+elu, RoPE, decay 0.99):
+// arg 0 = the state's own append + query (scalar), 1 = one-row segments on the SIMD backend
+// (the state recurrence in place). Positions keep increasing across iterations.
+void linear_decode(benchmark::State& state) {
+  constexpr index_t tokens = 64;
+  const bool simd = state.range(0) != 0;
+  inputs in(tokens);
+  const lrpe::rope_neox<T> enc(d);
+  const lrpe::feature_maps::elu_plus_one phi;
+  constexpr double decay = 0.99;
+  std::vector<lrpe::linear_attention_state<T>> st(static_cast<std::size_t>(heads),
+                                                  lrpe::linear_attention_state<T>(enc.feature_dim(), d, decay));
+  lrpe::position_t t = 0;
+  run_timed(state, linear_flops(tokens), 1, [&] {
+    const auto q = in.view(in.q), k = in.view(in.k), v = in.view(in.v), o = in.view(in.out);
+    for (index_t i = 0; i < tokens; ++i, ++t) {
+      for (index_t h = 0; h < heads; ++h) {
+        auto& s = st[static_cast<std::size_t>(h)];
+        if (simd) {
+          const auto row = [&](auto view) {
+            const auto m = view.head(0, h);
+            return decltype(m)(m.row(i), 1, m.cols, m.row_stride);
+          };
+          lrpe::linear_attention(row(q), row(k), row(v), row(o), enc, phi, s,
+                                 lrpe::linear_options{.causal = true, .decay = decay, .q_positions = t, .k_positions = t},
+                                 lrpe::backend::simd<>{});
+        } else {
+          s.append(enc, phi, k.head(0, h).row(i), v.head(0, h).row(i), t);
+          s.query(enc, phi, q.head(0, h).row(i), t, o.head(0, h).row(i));
+        }
+      }
+    }
+  });
+}
+
 void linear_reference(benchmark::State& state) {
   const index_t n = state.range(0);
   const bool causal = state.range(1) != 0;
@@ -318,6 +353,7 @@ BENCHMARK(linear_simd)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(linear_simd_rope)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(linear_simd_rope_features_first)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(linear_decode)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(linear_reference)->ArgsProduct({{512, 2048, 4096, 8192}, {0, 1}})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

@@ -146,6 +146,13 @@ def main():
         print(f"\nend to end, n = 4096, 1 thread: causal linear attention with 1+elu then RoPE features: "
               f"{fmt_ms(fused)} ms (features in the kernel); features first {fmt_ms(first)} ms "
               f"(x{fmt_r(ratio(first, fused))}); PyTorch {fmt_ms(tor)} ms (x{fmt_r(ratio(tor, fused))})")
+    dec_ref, dec_simd = t("linear_decode/0"), t("linear_decode/1")
+    if dec_simd is not None:
+        per_token = lambda sec: None if sec is None else sec * 1e6 / 64  # 64 tokens per call, in µs
+        print(f"decode, 8 heads, d = 64, 1+elu, RoPE, decay: {fmt_r(per_token(dec_simd))} us per token as one-row "
+              f"segments on the SIMD backend; {fmt_r(per_token(dec_ref))} us through the state's append + query "
+              f"(x{fmt_r(ratio(dec_ref, dec_simd))}); page faults {fmt_r(c('linear_decode/1', 'minflt_per_call'), 1)}, "
+              f"allocs>64K {fmt_r(c('linear_decode/1', 'big_allocs_per_call'), 1)} per call")
     for name, label in (("softmax_simd_rope/4096", "softmax causal with RoPE"),
                         ("softmax_simd_alibi/4096", "softmax causal with ALiBi")):
         if t(name) is not None:

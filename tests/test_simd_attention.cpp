@@ -434,6 +434,49 @@ TEST_CASE_TEMPLATE("simd causal linear self-attention by one-vector chunks (keys
   }
 }
 
+TEST_CASE_TEMPLATE("simd causal linear attention, a decode loop of one-row segments == one reference call", T, float,
+                   double) {
+  // One token per call, positions with gaps (array positions in the one-call reference): each
+  // call takes the state recurrence (`step_rows`), including d_v not a multiple of the vector
+  // width (padded columns) and a first token on an empty state.
+  lrpe::generator g(57);
+  const index_t n = 40;
+  const lrpe::feature_maps::elu_plus_one phi;
+  const std::pair<index_t, index_t> dims[] = {{64, 64}, {20, 12}};
+  std::vector<position_t> pos(static_cast<std::size_t>(n));
+  position_t p = 3;
+  for (index_t i = 0; i < n; ++i) pos[static_cast<std::size_t>(i)] = (p += 1 + (i % 7 == 3 ? 25 : 0));
+  for (auto [d, dv] : dims) {
+    const lrpe::rope_neox<T> enc(d);
+    const rm<T> q = random_matrix<T>(g, n, d, 0.5), k = random_matrix<T>(g, n, d, 0.5), v = random_matrix<T>(g, n, dv);
+    for (double decay : {1.0, 0.9}) {
+      for (auto norm : {lrpe::normalisation::none, lrpe::normalisation::denominator}) {
+        INFO("d = " << d << " dv = " << dv << " decay = " << decay << " norm = " << int(norm));
+        lrpe::linear_options all{.causal = true, .norm = norm, .decay = decay,
+                                 .q_positions = std::span<const position_t>(pos),
+                                 .k_positions = std::span<const position_t>(pos)};
+        rm<T> ref(n, dv), steps(n, dv);
+        lrpe::linear_attention_state<T> ref_st(enc.feature_dim(), dv, decay), st(enc.feature_dim(), dv, decay);
+        lrpe::linear_attention(q, k, v, ref, enc, phi, ref_st, all);
+        for (index_t i = 0; i < n; ++i) {
+          const position_t t = pos[static_cast<std::size_t>(i)];
+          rm<T> o(1, dv);
+          lrpe::linear_attention(q.middleRows(i, 1), k.middleRows(i, 1), v.middleRows(i, 1), o, enc, phi, st,
+                                 lrpe::linear_options{.causal = true, .norm = norm, .decay = decay, .q_positions = t,
+                                                      .k_positions = t},
+                                 lrpe::backend::simd<>{});
+          steps.row(i) = o;
+        }
+        CHECK(diff(steps, ref) <= tolerance<T>());
+        CHECK(st.count() == n);
+        CHECK(st.last_position() == pos.back());
+        CHECK(diff(rm<T>(st.kv()), rm<T>(ref_st.kv())) <= tolerance<T>());
+        CHECK(diff(rm<T>(st.k_sum().transpose()), rm<T>(ref_st.k_sum().transpose())) <= tolerance<T>());
+      }
+    }
+  }
+}
+
 TEST_CASE_TEMPLATE("simd causal linear self-attention by one-vector chunks, in segments with gaps == reference", T,
                    float, double) {
   // Each segment continues a state whose last position lies 1, 40 or 1000 positions back:

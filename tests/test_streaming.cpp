@@ -147,8 +147,43 @@ TEST_CASE("streaming: errors") {
                        doctest::Contains("'state'"), lrpe::shape_error);
   CHECK_THROWS_WITH_AS(lrpe::linear_attention(q, q, vv, o, enc, phi, st, lrpe::linear_options{.causal = true, .decay = 0.5}),
                        doctest::Contains("'options.decay'"), lrpe::parameter_error);
+  // the expectations are formatted only on failure (lazy_concat), and then in full
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention(q, q, vv, o, enc, phi, wrong, lrpe::linear_options{.causal = true}),
+                       "lrpe::linear_attention: argument 'state' must be 4x2 (feature_dim x v.cols); got 4x3",
+                       lrpe::shape_error);
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention(q, q, vv, o, enc, phi, st, lrpe::linear_options{.causal = true, .decay = 0.5}),
+                       "lrpe::linear_attention: argument 'options.decay' must equal state.decay() = 1; got 0.5",
+                       lrpe::parameter_error);
   CHECK_THROWS_WITH_AS(lrpe::linear_attention(q, q, vv, o, enc, phi, st, lrpe::linear_options{.causal = true, .q_positions = 3, .k_positions = 11}),
                        doctest::Contains("'options.q_positions[0]'"), lrpe::parameter_error);
   CHECK_THROWS_WITH_AS(lrpe::linear_attention(q, q, vv, o, enc, phi, st, lrpe::linear_options{}),
                        doctest::Contains("'options.causal'"), lrpe::parameter_error);
+}
+
+TEST_CASE("streaming: assign replaces S, z, position and count in place; bad arguments throw") {
+  using T = float;
+  lrpe::linear_attention_state<T> st(3, 2, 0.5);
+  const T k[3] = {1, 2, 3}, v[2] = {4, 5};
+  st.append_features(k, v, 7);
+  const T kv[3 * 4] = {1, 2, -1, -1, 3, 4, -1, -1, 5, 6, -1, -1};  // rows 4 apart: the last 2 are padding
+  const T z[3] = {7, 8, 9};
+  st.assign(kv, 4, z, 9, 3);
+  CHECK(st.count() == 3);
+  CHECK(st.last_position() == 9);
+  CHECK(st.decay() == 0.5);
+  CHECK(st.kv()(0, 0) == 1);
+  CHECK(st.kv()(1, 1) == 4);
+  CHECK(st.kv()(2, 0) == 5);
+  CHECK(st.k_sum()[2] == 9);
+  CHECK_THROWS_WITH_AS(st.assign(kv, 1, z, 9, 3), doctest::Contains("'kv_stride' must be >= value_dim() = 2; got 1"),
+                       lrpe::shape_error);
+  CHECK_THROWS_WITH_AS(st.assign(kv, 4, z, 9, 2), doctest::Contains("'count' must be >= count() = 3; got 2"),
+                       lrpe::parameter_error);
+  CHECK_THROWS_WITH_AS(st.assign(kv, 4, z, 8, 4), doctest::Contains("'last_position'"), lrpe::parameter_error);
+  CHECK(st.count() == 3);  // unchanged by the failed calls
+  CHECK(st.last_position() == 9);
+  // the same count: S and z replaced, the position kept
+  st.assign(kv, 2, z, 100, 3);
+  CHECK(st.last_position() == 9);
+  CHECK(st.kv()(1, 0) == -1);
 }

@@ -20,6 +20,7 @@
 #include <lrpe/core/traits.hpp>
 #include <lrpe/detail/small_buffer.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -73,7 +74,7 @@ struct linear_attention_snapshot {
     detail::require_shape(s.feature_dim >= 0 && s.value_dim >= 0 &&
                               flat.size() == static_cast<std::size_t>(7 + s.feature_dim * s.value_dim + s.feature_dim),
                           where, "flat.size()",
-                          detail::concat("must be 7 + f·dv + f for f = ", s.feature_dim, ", dv = ", s.value_dim),
+                          detail::lazy_concat("must be 7 + f·dv + f for f = ", s.feature_dim, ", dv = ", s.value_dim),
                           flat.size());
     const auto nkv = static_cast<std::size_t>(s.feature_dim * s.value_dim);
     s.kv.assign(flat.begin() + 7, flat.begin() + 7 + static_cast<std::ptrdiff_t>(nkv));
@@ -86,6 +87,10 @@ struct linear_attention_snapshot {
  * The running state of causal linear attention (see the file comment for the math).
  * Copyable; not synchronised (one writer at a time).
  */
+namespace detail {
+struct state_access;
+}  // namespace detail
+
 template <real_scalar T>
 class linear_attention_state {
  public:
@@ -148,6 +153,26 @@ class linear_attention_state {
   /// S (d_f × d_v) and z (d_f), decayed to `last_position()`.
   [[nodiscard]] const row_matrix<T>& kv() const noexcept { return kv_; }
   [[nodiscard]] const dense_vector<T>& k_sum() const noexcept { return k_sum_; }
+
+  /**
+   * Replaces S, z, the last position and the count in place, with no allocation: for a backend
+   * whose kernel continued this state in its own buffers (S row i at kv + i·kv_stride, z at
+   * k_sum). The keys it folded in must not precede `last_position()`.
+   * @throws shape_error (kv_stride < value_dim()), parameter_error (count below count(), or a
+   * last position before last_position()).
+   */
+  void assign(const T* kv, index_t kv_stride, const T* k_sum, position_t last_position, index_t count) {
+    constexpr const char* where = "lrpe::linear_attention_state::assign";
+    detail::require_shape(kv_stride >= value_dim(), where, "kv_stride", detail::lazy_concat("must be >= value_dim() = ", value_dim()),
+                          kv_stride);
+    detail::require_parameter(count >= count_, where, "count", detail::lazy_concat("must be >= count() = ", count_), count);
+    if (count_ > 0 && count > count_) require_not_before(last_position, where, "last_position");
+    for (index_t i = 0; i < feature_dim(); ++i)
+      std::copy(kv + i * kv_stride, kv + i * kv_stride + value_dim(), kv_.row(i).data());
+    std::copy(k_sum, k_sum + feature_dim(), k_sum_.data());
+    if (count > count_) last_ = last_position;
+    count_ = count;
+  }
 
   /// λ^{Δ} for Δ ≥ 0 (1 without decay), computed in double.
   [[nodiscard]] double decay_factor(position_t delta) const noexcept {
@@ -216,7 +241,7 @@ class linear_attention_state {
     constexpr const char* where = "lrpe::linear_attention_state::query";
     if (!empty()) {
       detail::require_parameter(s >= last_, where, "s",
-                                detail::concat("must be >= last_position() = ", last_,
+                                detail::lazy_concat("must be >= last_position() = ", last_,
                                                " (a causal query cannot precede appended keys)"),
                                 s);
     }
@@ -249,7 +274,7 @@ class linear_attention_state {
   void require_not_before(position_t t, const char* where, const char* arg) const {
     if (!empty()) {
       detail::require_parameter(t >= last_, where, arg,
-                                detail::concat("must be >= last_position() = ", last_, " (non-decreasing)"), t);
+                                detail::lazy_concat("must be >= last_position() = ", last_, " (non-decreasing)"), t);
     }
   }
 
@@ -275,7 +300,7 @@ class linear_attention_state {
       static_assert(std::is_same_v<typename Encoding::scalar, T>,
                     "lrpe::linear_attention_state: the encoding's scalar must be the state's");
       detail::require_shape(canonical::feature_dim(encoding) == feature_dim(), where,
-                            "encoding.feature_dim()", detail::concat("must equal feature_dim() = ", feature_dim()),
+                            "encoding.feature_dim()", detail::lazy_concat("must equal feature_dim() = ", feature_dim()),
                             canonical::feature_dim(encoding));
       const index_t d = encoding.dim();
       detail::small_buffer<T> tmp(d);
@@ -284,12 +309,40 @@ class linear_attention_state {
     }
   }
 
+  friend struct detail::state_access;
+
   row_matrix<T> kv_{};
   dense_vector<T> k_sum_{};
   double decay_ = 1.0;
   position_t last_ = 0;
   index_t count_ = 0;
 };
+
+namespace detail {
+
+/**
+ * Internal: a backend kernel that continues a state in the state's own storage (the SIMD
+ * backend's decode step), with no copy in or out. S is row-major, d_f rows of d_v, no padding;
+ * the kernel keeps S and z decayed to the position it passes to `advance`, which must not
+ * precede `last_position()` when keys were added.
+ */
+struct state_access {
+  template <class T>
+  static T* kv(linear_attention_state<T>& s) noexcept {
+    return s.kv_.data();
+  }
+  template <class T>
+  static T* k_sum(linear_attention_state<T>& s) noexcept {
+    return s.k_sum_.data();
+  }
+  template <class T>
+  static void advance(linear_attention_state<T>& s, position_t last, index_t count) noexcept {
+    if (count > s.count_) s.last_ = last;
+    s.count_ = count;
+  }
+};
+
+}  // namespace detail
 
 }  // namespace v0
 }  // namespace lrpe

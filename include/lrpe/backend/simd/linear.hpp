@@ -235,6 +235,17 @@ struct linear_run {
     using tl = softmax_tiling<T, A>;
     constexpr index_t BK = tl::BK, R = tl::R;
     const index_t nq = p.qf.rows, nk = p.kf.rows;
+    index_t folded = 0, start = 0;
+    if (self_offsets()) {
+      if (vector_chunks_apply()) {
+        stored_rows<T> stored{p};
+        start = folded = vector_chunks(rows_source<T>::of(stored));
+      }
+      if (nq - start < step_rows_max) {  // the tail of the chunks, or a short segment
+        step_rows(start, nq);
+        return;
+      }
+    }
     const index_t bc = std::max<index_t>(1, p.chunk);
     const index_t bcp = round_up(bc, R);
     const bool normalise = p.norm == normalisation::denominator;
@@ -243,18 +254,19 @@ struct linear_run {
     T* qt = ws.get<T>(simd_workspace::q_tile, bcp * f);
     T* kt = ws.get<T>(simd_workspace::k_packed, f * BK);
     T* at = ws.get<T>(simd_workspace::s_tile, bcp * BK);
-    T* pow_table = den + 2 * bcp;  // λ^Δ for Δ ∈ [0, 4(bc + BK))
-    const index_t table_size = 4 * (bc + BK);
-    if (lambda != 1.0)
-      for (index_t e = 0; e < table_size; ++e) pow_table[e] = static_cast<T>(decay_pow(lambda, e));
     const auto& qp = p.q_positions;
     const auto& kp = p.k_positions;
-
-    index_t folded = 0, start = 0;
-    if (vector_chunks_apply()) {
-      stored_rows<T> stored{p};
-      start = folded = vector_chunks(rows_source<T>::of(stored));
+    // λ^Δ for Δ ∈ [0, table_size): at most 4(bc + BK) entries, and no more than the call's
+    // positions span (positions are non-decreasing here), so that a short segment (one decode
+    // token) does not pay for 512 pow calls.
+    T* pow_table = den + 2 * bcp;
+    index_t table_size = 4 * (bc + BK);
+    if (nq > 0 && nk > 0) {
+      const position_t span = std::max(qp[nq - 1], kp[nk - 1]) - std::min(qp[0], kp[0]);
+      table_size = static_cast<index_t>(std::min<position_t>(table_size, span + 1));
     }
+    if (lambda != 1.0)
+      for (index_t e = 0; e < table_size; ++e) pow_table[e] = static_cast<T>(decay_pow(lambda, e));
     for (index_t i0 = start; i0 < nq; i0 += bc) {
       const index_t i1 = std::min(nq, i0 + bc), bq = i1 - i0, bqp = round_up(bq, R);
       const position_t lo = qp[i0], hi = qp[i1 - 1];
@@ -286,14 +298,81 @@ struct linear_run {
     fold(folded, nk);
   }
 
-  /// Self-attention with keys at the queries' positions (offsets) and f, d_v multiples of the
-  /// vector width: the case `vector_chunks` covers.
-  [[nodiscard]] bool vector_chunks_apply() const noexcept {
-    constexpr index_t W = xsimd::batch<T, A>::size;
+  /// Self-attention with keys at the queries' positions, given as offsets (so strictly
+  /// increasing): row i's key is the one key that row i sees and row i − 1 does not.
+  [[nodiscard]] bool self_offsets() const noexcept {
     const auto& qp = p.q_positions;
     const auto& kp = p.k_positions;
-    return !qp.is_array() && !kp.is_array() && qp.offset() == kp.offset() && p.qf.rows == p.kf.rows &&
-           f % W == 0 && dv % W == 0;
+    return !qp.is_array() && !kp.is_array() && qp.offset() == kp.offset() && p.qf.rows == p.kf.rows;
+  }
+
+  /// `self_offsets` with f and d_v multiples of the vector width: the case `vector_chunks` covers.
+  [[nodiscard]] bool vector_chunks_apply() const noexcept {
+    constexpr index_t W = xsimd::batch<T, A>::size;
+    return self_offsets() && f % W == 0 && dv % W == 0;
+  }
+
+  /// Rows below which `step_rows` takes a `self_offsets` call (or the rest after the one-vector
+  /// chunks): one vector of float on AVX-512.
+  static constexpr index_t step_rows_max = xsimd::batch<T, A>::size;
+
+  /**
+   * Rows [a, b) of a `self_offsets` call by the state recurrence, one row at a time: with t the
+   * row's position, S ← λ^{t−last}·S + k̃_t v_tᵀ, z likewise, then o_t = q̃_t·S (÷ max(q̃_t·z, ε)),
+   * in one pass over S per block of 4 column vectors. What a decode step (one row per call)
+   * needs: 4·d_f·d_v flops a row, no tiles, no λ^Δ table; per row it costs what a chunk row
+   * costs in flops but stores all of S, so the chunks take longer runs. S may be the state's
+   * own storage (`linear_simd`), hence unaligned accesses to it.
+   */
+  void step_rows(index_t a, index_t b) {
+    using B = xsimd::batch<T, A>;
+    constexpr index_t W = B::size, G = 4;
+    const bool normalise = p.norm == normalisation::denominator, decays = lambda != 1.0;
+    T* vrow = ws.get<T>(simd_workspace::o_tile, 2 * dvp);  // v_t padded to dvp, then o_t
+    T* orow = vrow + dvp;
+    for (index_t i = a; i < b; ++i) {
+      const position_t t = p.k_positions[i];
+      const T scale = count > 0 && decays ? static_cast<T>(decay_pow(lambda, t - last)) : T(1);
+      const T* k = p.kf.row(i);
+      const T* q = p.qf.row(i);
+      std::copy(p.v.row(i), p.v.row(i) + dv, vrow);
+      std::fill(vrow + dv, vrow + dvp, T(0));
+      const B sb(scale);
+      for (index_t c0 = 0; c0 < dvp; c0 += G * W) {
+        const index_t g = std::min(G, (dvp - c0) / W);
+        B vb[G], acc[G];
+        LRPE_UNROLL
+        for (index_t u = 0; u < G; ++u) {
+          vb[u] = u < g ? B::load_aligned(vrow + c0 + u * W) : B(T(0));
+          acc[u] = B(T(0));
+        }
+        for (index_t c = 0; c < f; ++c) {
+          T* sr = S + c * dvp + c0;
+          const B kc(k[c]), qc(q[c]);
+          LRPE_UNROLL
+          for (index_t u = 0; u < G; ++u) {
+            if (u < g) {
+              const B sv = xsimd::fma(kc, vb[u], B::load_unaligned(sr + u * W) * sb);
+              sv.store_unaligned(sr + u * W);
+              acc[u] = xsimd::fma(qc, sv, acc[u]);
+            }
+          }
+        }
+        LRPE_UNROLL
+        for (index_t u = 0; u < G; ++u)
+          if (u < g) acc[u].store_aligned(orow + c0 + u * W);
+      }
+      T den = 0;
+      for (index_t c = 0; c < f; ++c) {
+        z[c] = scale * z[c] + k[c];
+        den += q[c] * z[c];
+      }
+      const T inv = normalise ? T(1) / std::max(den, static_cast<T>(p.eps)) : T(1);
+      T* o = p.out.row(i);
+      for (index_t j = 0; j < dv; ++j) o[j] = orow[j] * inv;
+      last = t;
+      ++count;
+    }
   }
 
   /// Prefetches into L2 the Q, K and V rows [r0, r0 + m) and, for writing, the output rows,
@@ -608,8 +687,9 @@ struct state_buffers {
 
   /// S, z, last position and count from `state` into the workspace and `run`.
   void load(const linear_attention_state<T>& state, linear_run<T, A>& run) const {
+    const auto& kv = state.kv();
     for (index_t c = 0; c < f; ++c) {
-      for (index_t j = 0; j < dv; ++j) S[c * dvp + j] = state.kv()(c, j);
+      std::copy(kv.row(c).data(), kv.row(c).data() + dv, S + c * dvp);
       std::fill(S + c * dvp + dv, S + (c + 1) * dvp, T(0));
       z[c] = state.k_sum()[c];
     }
@@ -620,17 +700,7 @@ struct state_buffers {
   /// Back into `state` when keys were added.
   void store(const linear_run<T, A>& run, linear_attention_state<T>& state) const {
     if (run.count == state.count()) return;
-    linear_attention_snapshot<T> snap;
-    snap.feature_dim = f;
-    snap.value_dim = dv;
-    snap.decay = state.decay();
-    snap.last_position = run.last;
-    snap.count = run.count;
-    snap.kv.resize(static_cast<std::size_t>(f * dv));
-    for (index_t c = 0; c < f; ++c)
-      for (index_t j = 0; j < dv; ++j) snap.kv[static_cast<std::size_t>(c * dv + j)] = S[c * dvp + j];
-    snap.k_sum.assign(z, z + f);
-    state = linear_attention_state<T>(snap);
+    state.assign(S, dvp, z, run.last, run.count);
   }
 };
 
@@ -640,6 +710,17 @@ void linear_simd(const linear_problem<T>& p, linear_attention_state<T>* state, s
   auto run = sb.runner(p, ws, state != nullptr ? state->decay() : 1.0);
   if (!p.causal) {
     run.non_causal();
+    return;
+  }
+  if (run.self_offsets() && p.qf.rows < run.step_rows_max && sb.dvp == sb.dv) {
+    // A short segment (a decode step): the recurrence on the state's own S and z, which have
+    // the workspace layout when d_v is a multiple of the vector width; no copy in or out.
+    linear_run<T, A> direct{p, ws, state->decay(), sb.f, sb.dv, sb.dv, lrpe::detail::state_access::kv(*state),
+                            lrpe::detail::state_access::k_sum(*state), sb.vblock};
+    direct.last = state->last_position();
+    direct.count = state->count();
+    direct.step_rows(0, p.qf.rows);
+    lrpe::detail::state_access::advance(*state, direct.last, direct.count);
     return;
   }
   sb.load(*state, run);
@@ -674,30 +755,45 @@ bool vector_feature_map(const Phi& phi, const T* x, T* y, index_t d) {
   }
 }
 
+/// Rows from which `features` runs an lrpe encoder through the SIMD encoder. Its construction
+/// builds per-call tables (for rotations in float, cos/sin of j·θ_k for a run of 64 positions:
+/// ~4 µs at d = 64), which a few rows do not repay: a decode step (one row per head) takes the
+/// scalar encoder per row instead (same features within rounding).
+inline constexpr index_t simd_encoder_min_rows = 8;
+
+/// `features` for an lrpe encoder through the SIMD encoder.
+template <class A, class T, class Encoding, class Phi>
+void encoded_features(const Encoding& encoding, const Phi& phi, const matrix_view<const T>& x, const positions& pos,
+                      const matrix_view<T>& out) {
+  const index_t d = x.cols;
+  // φ on a block of rows (in L1), then the SIMD encoder on the block: one pass over memory,
+  // cos/sin (or π^s) tables shared by the block. Identity φ encodes x directly.
+  const simd_encoder<Encoding, A> enc(encoding);
+  if constexpr (std::is_same_v<Phi, feature_maps::identity>) {
+    enc.encode(x, pos, out);
+  } else {
+    constexpr index_t block = 64;
+    lrpe::detail::small_buffer<T, 64 * 64> tmp(block * d);
+    for (index_t i0 = 0; i0 < x.rows; i0 += block) {
+      const index_t rows = std::min(block, x.rows - i0);
+      for (index_t i = 0; i < rows; ++i) {
+        T* row = tmp.data() + i * d;
+        if (!vector_feature_map<T, A>(phi, x.row(i0 + i), row, d)) lrpe::detail::apply_feature_map(phi, x.row(i0 + i), row, d);
+      }
+      enc.encode(matrix_view<const T>(tmp.data(), rows, d, d), pos.slice(i0, rows),
+                 matrix_view<T>(out.row(i0), rows, out.cols, out.row_stride));
+    }
+  }
+}
+
 template <class A, class T, class Encoding, class Phi>
 void features(const Encoding& encoding, const Phi& phi, const matrix_view<const T>& x, const positions& pos,
               canonical::side which, const matrix_view<T>& out) {
   const index_t d = x.cols;
   if constexpr (lrpe_encoder<Encoding>) {
-    // φ on a block of rows (in L1), then the SIMD encoder on the block: one pass over memory,
-    // cos/sin (or π^s) tables shared by the block. Identity φ encodes x directly.
-    const simd_encoder<Encoding, A> enc(encoding);
-    if constexpr (std::is_same_v<Phi, feature_maps::identity>) {
-      enc.encode(x, pos, out);
-    } else {
-      constexpr index_t block = 64;
-      lrpe::detail::small_buffer<T, 64 * 64> tmp(block * d);
-      for (index_t i0 = 0; i0 < x.rows; i0 += block) {
-        const index_t rows = std::min(block, x.rows - i0);
-        for (index_t i = 0; i < rows; ++i) {
-          T* row = tmp.data() + i * d;
-          if (!vector_feature_map<T, A>(phi, x.row(i0 + i), row, d)) lrpe::detail::apply_feature_map(phi, x.row(i0 + i), row, d);
-        }
-        enc.encode(matrix_view<const T>(tmp.data(), rows, d, d), pos.slice(i0, rows),
-                   matrix_view<T>(out.row(i0), rows, out.cols, out.row_stride));
-      }
-    }
-  } else if constexpr (std::is_same_v<Encoding, no_encoding>) {
+    if (x.rows >= simd_encoder_min_rows) return encoded_features<A>(encoding, phi, x, pos, out);
+  }
+  if constexpr (std::is_same_v<Encoding, no_encoding>) {
     for (index_t i = 0; i < x.rows; ++i)
       if (!vector_feature_map<T, A>(phi, x.row(i), out.row(i), d)) lrpe::detail::apply_feature_map(phi, x.row(i), out.row(i), d);
   } else {
