@@ -83,14 +83,14 @@ struct linear_attention_snapshot {
   }
 };
 
-/**
- * The running state of causal linear attention (see the file comment for the math).
- * Copyable; not synchronised (one writer at a time).
- */
 namespace detail {
 struct state_access;
 }  // namespace detail
 
+/**
+ * The running state of causal linear attention (see the file comment for the math).
+ * Copyable; not synchronised (one writer at a time).
+ */
 template <real_scalar T>
 class linear_attention_state {
  public:
@@ -163,9 +163,10 @@ class linear_attention_state {
    */
   void assign(const T* kv, index_t kv_stride, const T* k_sum, position_t last_position, index_t count) {
     constexpr const char* where = "lrpe::linear_attention_state::assign";
-    detail::require_shape(kv_stride >= value_dim(), where, "kv_stride", detail::lazy_concat("must be >= value_dim() = ", value_dim()),
-                          kv_stride);
-    detail::require_parameter(count >= count_, where, "count", detail::lazy_concat("must be >= count() = ", count_), count);
+    detail::require_shape(kv_stride >= value_dim(), where, "kv_stride",
+                          detail::lazy_concat("must be >= value_dim() = ", value_dim()), kv_stride);
+    detail::require_parameter(count >= count_, where, "count", detail::lazy_concat("must be >= count() = ", count_),
+                              count);
     if (count_ > 0 && count > count_) require_not_before(last_position, where, "last_position");
     for (index_t i = 0; i < feature_dim(); ++i)
       std::copy(kv + i * kv_stride, kv + i * kv_stride + value_dim(), kv_.row(i).data());
