@@ -314,6 +314,31 @@ double linear_case(const shape& s, const Enc& enc, const Phi& phi, const linear_
 
 #define LINEAR_INFO(lo) INFO("causal=" << lo.causal << " norm=" << int(lo.norm) << " chunk=" << lo.chunk << " decay=" << lo.decay)
 
+/// Rows [a, b) as one segment: through the SIMD backend (`backend`, state st) and the reference
+/// (state ref_st), checking the two outputs agree; returns the SIMD output.
+template <class T, class Enc, class Phi, class Backend>
+rm<T> run_segment(const rm<T>& q, const rm<T>& k, const rm<T>& v, index_t a, index_t b, const Enc& enc, const Phi& phi,
+                  lrpe::linear_attention_state<T>& st, lrpe::linear_attention_state<T>& ref_st,
+                  const lrpe::linear_options& seg, const Backend& backend) {
+  const index_t dv = v.cols();
+  rm<T> o(b - a, dv), o_ref(b - a, dv);
+  lrpe::linear_attention(q.middleRows(a, b - a), k.middleRows(a, b - a), v.middleRows(a, b - a), o, enc, phi, st, seg,
+                         backend);
+  lrpe::linear_attention(q.middleRows(a, b - a), k.middleRows(a, b - a), v.middleRows(a, b - a), o_ref, enc, phi,
+                         ref_st, seg);
+  CHECK(diff(o, o_ref) <= tolerance<T>());
+  return o;
+}
+
+/// The SIMD-built state equals the reference state: count, last position, S and z.
+template <class T>
+void check_same_state(const lrpe::linear_attention_state<T>& st, const lrpe::linear_attention_state<T>& ref_st) {
+  CHECK(st.count() == ref_st.count());
+  CHECK(st.last_position() == ref_st.last_position());
+  CHECK(diff(rm<T>(st.kv()), rm<T>(ref_st.kv())) <= tolerance<T>());
+  CHECK(diff(rm<T>(st.k_sum().transpose()), rm<T>(ref_st.k_sum().transpose())) <= tolerance<T>());
+}
+
 }  // namespace
 
 TEST_CASE_TEMPLATE("simd linear attention, no encoding: == reference (causal or not, norms, chunks, decay, offsets)", T,
@@ -388,18 +413,10 @@ TEST_CASE_TEMPLATE("simd causal linear attention in segments with a state == one
       lrpe::linear_options seg = opt;
       seg.q_positions = a;
       seg.k_positions = a;
-      rm<T> o(b - a, dv), o_ref(b - a, dv);
-      lrpe::linear_attention(q.middleRows(a, b - a), k.middleRows(a, b - a), v.middleRows(a, b - a), o, enc, phi, st,
-                             seg, lrpe::backend::simd<>{});
-      lrpe::linear_attention(q.middleRows(a, b - a), k.middleRows(a, b - a), v.middleRows(a, b - a), o_ref, enc, phi,
-                             ref_st, seg);
-      parts.middleRows(a, b - a) = o;
-      CHECK(diff(o, o_ref) <= tolerance<T>());
+      parts.middleRows(a, b - a) = run_segment(q, k, v, a, b, enc, phi, st, ref_st, seg, lrpe::backend::simd<>{});
     }
     CHECK(diff(parts, whole) <= tolerance<T>());
-    CHECK(st.count() == ref_st.count());
-    CHECK(st.last_position() == ref_st.last_position());
-    CHECK(diff(rm<T>(st.kv()), rm<T>(ref_st.kv())) <= tolerance<T>());
+    check_same_state(st, ref_st);
     // streaming: the next token through the SIMD-built state == through the reference state
     std::vector<T> a_out(static_cast<std::size_t>(dv)), b_out(a_out.size());
     st.query(enc, phi, q.row(n - 1).data(), n, a_out.data(), lrpe::normalisation::denominator);
@@ -438,7 +455,9 @@ TEST_CASE_TEMPLATE("simd causal linear attention, a decode loop of one-row segme
                    double) {
   // One token per call, positions with gaps (array positions in the one-call reference): each
   // call takes the state recurrence (`step_rows`), including d_v not a multiple of the vector
-  // width (padded columns) and a first token on an empty state.
+  // width (padded columns) and a first token on an empty state. The features of the one row
+  // take the SIMD encoder with direct tables (RoPE, LRPE cosine: P = I) or the scalar encoder
+  // (Type 1's Householder P).
   lrpe::generator g(57);
   const index_t n = 40;
   const lrpe::feature_maps::elu_plus_one phi;
@@ -446,8 +465,7 @@ TEST_CASE_TEMPLATE("simd causal linear attention, a decode loop of one-row segme
   std::vector<position_t> pos(static_cast<std::size_t>(n));
   position_t p = 3;
   for (index_t i = 0; i < n; ++i) pos[static_cast<std::size_t>(i)] = (p += 1 + (i % 7 == 3 ? 25 : 0));
-  for (auto [d, dv] : dims) {
-    const lrpe::rope_neox<T> enc(d);
+  const auto run = [&](const auto& enc, index_t d, index_t dv) {
     const rm<T> q = random_matrix<T>(g, n, d, 0.5), k = random_matrix<T>(g, n, d, 0.5), v = random_matrix<T>(g, n, dv);
     for (double decay : {1.0, 0.9}) {
       for (auto norm : {lrpe::normalisation::none, lrpe::normalisation::denominator}) {
@@ -470,10 +488,14 @@ TEST_CASE_TEMPLATE("simd causal linear attention, a decode loop of one-row segme
         CHECK(diff(steps, ref) <= tolerance<T>());
         CHECK(st.count() == n);
         CHECK(st.last_position() == pos.back());
-        CHECK(diff(rm<T>(st.kv()), rm<T>(ref_st.kv())) <= tolerance<T>());
-        CHECK(diff(rm<T>(st.k_sum().transpose()), rm<T>(ref_st.k_sum().transpose())) <= tolerance<T>());
+        check_same_state(st, ref_st);
       }
     }
+  };
+  for (auto [d, dv] : dims) {
+    run(lrpe::rope_neox<T>(d), d, dv);
+    run(lrpe::encoder{lrpe::p::identity<T>(d), lrpe::lambda::complex_phase<T>(d)}, d, dv);
+    run(lrpe::type1<T>(d), d, dv);
   }
 }
 
@@ -497,15 +519,8 @@ TEST_CASE_TEMPLATE("simd causal linear self-attention by one-vector chunks, in s
         start += gaps[c] + (c > 0 ? cuts[c] - cuts[c - 1] - 1 : 0);
         lrpe::linear_options seg{.causal = true, .norm = norm, .decay = decay, .q_positions = start, .k_positions = start};
         CAPTURE(start);
-        rm<T> o(b - a, dv), o_ref(b - a, dv);
-        lrpe::linear_attention(q.middleRows(a, b - a), k.middleRows(a, b - a), v.middleRows(a, b - a), o,
-                               lrpe::no_encoding{}, phi, st, seg, lrpe::backend::simd<>{});
-        lrpe::linear_attention(q.middleRows(a, b - a), k.middleRows(a, b - a), v.middleRows(a, b - a), o_ref,
-                               lrpe::no_encoding{}, phi, ref_st, seg);
-        CHECK(diff(o, o_ref) <= tolerance<T>());
-        CHECK(st.last_position() == ref_st.last_position());
-        CHECK(diff(rm<T>(st.kv()), rm<T>(ref_st.kv())) <= tolerance<T>());
-        CHECK(diff(rm<T>(st.k_sum().transpose()), rm<T>(ref_st.k_sum().transpose())) <= tolerance<T>());
+        run_segment(q, k, v, a, b, lrpe::no_encoding{}, phi, st, ref_st, seg, lrpe::backend::simd<>{});
+        check_same_state(st, ref_st);
       }
     }
   }
@@ -563,17 +578,9 @@ TEST_CASE_TEMPLATE("simd causal linear attention, features in the kernel: segmen
       const index_t a = cuts[c], b = cuts[c + 1];
       const lrpe::linear_options seg{
           .causal = true, .norm = lrpe::normalisation::denominator, .decay = decay, .q_positions = a, .k_positions = a};
-      rm<T> o(b - a, dv), o_ref(b - a, dv);
-      lrpe::linear_attention(q.middleRows(a, b - a), k.middleRows(a, b - a), v.middleRows(a, b - a), o, enc, phi, st,
-                             seg, policy);
-      lrpe::linear_attention(q.middleRows(a, b - a), k.middleRows(a, b - a), v.middleRows(a, b - a), o_ref, enc, phi,
-                             ref_st, seg);
       CAPTURE(a);
-      CHECK(diff(o, o_ref) <= tolerance<T>());
-      CHECK(st.count() == ref_st.count());
-      CHECK(st.last_position() == ref_st.last_position());
-      CHECK(diff(rm<T>(st.kv()), rm<T>(ref_st.kv())) <= tolerance<T>());
-      CHECK(diff(rm<T>(st.k_sum().transpose()), rm<T>(ref_st.k_sum().transpose())) <= tolerance<T>());
+      run_segment(q, k, v, a, b, enc, phi, st, ref_st, seg, policy);
+      check_same_state(st, ref_st);
     }
   }
   // The features never exist for the whole sequence: the workspace holds blocks of 64 rows,

@@ -396,6 +396,47 @@ TEST_CASE("simd float tables over runs of positions match a long-double referenc
   }
 }
 
+TEST_CASE_TEMPLATE("simd encoder with direct position tables == stepped == reference; nothing built for P = I", T,
+                   float, double) {
+  // position_tables::direct evaluates every row's angles by the vectorised sincos (the path of
+  // a decode step's few rows); the default tables take the run path for consecutive positions
+  // in float. Both are the reference within the stated tolerance, at n = 1 (a decode step), a
+  // few rows, and runs across a 64-position step and a 256-position block, near 0 and 10⁶.
+  lrpe::generator g(ref::seed(20261123));
+  const auto check = [&](const auto& e, const char* what) {
+    const index_t d = e.dim();
+    for (index_t n : {index_t{1}, index_t{5}, index_t{300}}) {
+      for (position_t s0 : {position_t{0}, position_t{-40}, position_t{999'937}}) {
+        const auto x = ref::random_rows<T>(n, d, g.next());
+        const auto want = e.encode(x, lrpe::positions(s0));
+        lrpe::row_matrix<T> stepped(n, e.feature_dim()), direct(n, e.feature_dim());
+        using E = std::remove_cvref_t<decltype(e)>;
+        lrpe::simd_encoder<E>(e).encode(lrpe::view(x), s0, lrpe::view(stepped));
+        lrpe::simd_encoder<E>(e, lrpe::position_tables::direct).encode(lrpe::view(x), s0, lrpe::view(direct));
+        INFO(what << ": n = " << n << ", s0 = " << s0);
+        CHECK(ref::max_abs_diff(direct, want) <= tol<T>(d));
+        CHECK(ref::max_abs_diff(stepped, want) <= tol<T>(d));
+      }
+    }
+    // Constructing with direct tables allocates nothing when P = I (the stepped float tables
+    // are 64·(d/2) cos/sin pairs in double).
+    using E = std::remove_cvref_t<decltype(e)>;
+    if constexpr (std::is_same_v<typename E::p_type, lrpe::p::identity<T>>) {
+      g_allocs = 0;
+      const lrpe::simd_encoder<E> se(e, lrpe::position_tables::direct);
+      CHECK(g_allocs.load() == 0);
+      g_allocs = 0;
+      const lrpe::simd_encoder<E> se_stepped(e);
+      if constexpr (std::is_same_v<T, float>) CHECK(g_allocs.load() > 0);  // the step tables (float only)
+    }
+  };
+  check(lrpe::rope_gptj<T>(64), "rope_gptj");
+  check(lrpe::rope_neox<T>(33), "rope_neox, odd d");
+  check(lrpe::encoder{lrpe::p::identity<T>(20), lrpe::lambda::complex_phase<T>(20)}, "LRPE cosine");
+  // A P with a kernel to build still works with direct tables.
+  check(lrpe::type4<T>(16), "type4");
+}
+
 TEST_CASE_TEMPLATE("simd encode: no heap allocation per call with a held simd_encoder", T, float, double) {
   constexpr index_t n = 300, d = 64;
   const auto x = ref::random_rows<T>(n, d, 77);

@@ -57,6 +57,18 @@ enum class simd_path {
   reference           ///< `enc.encode_features` row by row
 };
 
+/// How a `simd_encoder` fills the per-position cos/sin tables of rotation and complex-phase
+/// Λ in float (double always takes `direct`). The features are the same within float rounding
+/// either way (sincos.hpp).
+enum class position_tables {
+  /// cos/sin(j·θ_k) for runs of 64 positions tabulated at construction (~4 µs at 32 angles),
+  /// then one complex product per extra position of a run: for calls of many rows.
+  stepped,
+  /// Every position by a vectorised double sincos, nothing built at construction: for calls of
+  /// a few rows (a decode step's one row per head).
+  direct
+};
+
 /// Any `lrpe::encoder<P, L>`, presets included.
 template <class E>
 concept lrpe_encoder = requires {
@@ -117,10 +129,15 @@ class simd_encoder {
   /// Which path this encoder takes (compile time; `row_fft` still checks d at run time).
   static constexpr simd_path path = backend::simd_detail::choose_path<p_type, lambda_type, Arch>();
 
-  explicit simd_encoder(const E& enc) : enc_(&enc) {
+  /// `tables`: see `position_tables` (the default suits calls of 64 rows or more).
+  explicit simd_encoder(const E& enc, position_tables tables = position_tables::stepped) : enc_(&enc) {
     if constexpr (path == simd_path::vectorised || path == simd_path::lambda_vectorised) {
       pk_.emplace(enc.p());
-      lk_.emplace(enc.lambda());
+      if constexpr (std::is_constructible_v<lk_type, const lambda_type&, bool>) {
+        lk_.emplace(enc.lambda(), tables == position_tables::stepped);
+      } else {
+        lk_.emplace(enc.lambda());
+      }
     } else if constexpr (path == simd_path::row_fft) {
       if (dft_kernel::supports(enc.dim())) dft_.emplace(enc.dim(), enc.lambda());
     }

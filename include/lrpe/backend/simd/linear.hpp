@@ -755,25 +755,40 @@ bool vector_feature_map(const Phi& phi, const T* x, T* y, index_t d) {
   }
 }
 
-/// Rows from which `features` runs an lrpe encoder through the SIMD encoder. Its construction
-/// builds per-call tables (for rotations in float, cos/sin of j·θ_k for a run of 64 positions:
-/// ~4 µs at d = 64), which a few rows do not repay: a decode step (one row per head) takes the
-/// scalar encoder per row instead (same features within rounding).
+/// Rows from which `features` runs any lrpe encoder through the SIMD encoder with its default
+/// (stepped) tables. Below, a decode step's one row per head: encoders whose SIMD kernels cost
+/// nothing to build (`few_rows_simd_v`) run with direct tables, the others by the scalar
+/// encoder per row (building a permutation's indices or a DCT's d² matrix per call would cost
+/// more than the rows). Same features within rounding either way.
 inline constexpr index_t simd_encoder_min_rows = 8;
+
+/// P = I and a rotation or complex-phase Λ: a `simd_encoder` with `position_tables::direct`
+/// builds nothing (RoPE, LRPE cosine).
+template <class Encoding>
+inline constexpr bool few_rows_simd_v = [] {
+  if constexpr (lrpe_encoder<Encoding>) {
+    using T = typename Encoding::scalar;
+    using L = typename Encoding::lambda_type;
+    return std::is_same_v<typename Encoding::p_type, p::identity<T>> &&
+           (std::is_same_v<L, lambda::rotation<T>> || std::is_same_v<L, lambda::complex_phase<T>>);
+  } else {
+    return false;
+  }
+}();
 
 /// `features` for an lrpe encoder through the SIMD encoder.
 template <class A, class T, class Encoding, class Phi>
 void encoded_features(const Encoding& encoding, const Phi& phi, const matrix_view<const T>& x, const positions& pos,
-                      const matrix_view<T>& out) {
+                      const matrix_view<T>& out, position_tables tables = position_tables::stepped) {
   const index_t d = x.cols;
   // φ on a block of rows (in L1), then the SIMD encoder on the block: one pass over memory,
   // cos/sin (or π^s) tables shared by the block. Identity φ encodes x directly.
-  const simd_encoder<Encoding, A> enc(encoding);
+  const simd_encoder<Encoding, A> enc(encoding, tables);
   if constexpr (std::is_same_v<Phi, feature_maps::identity>) {
     enc.encode(x, pos, out);
   } else {
     constexpr index_t block = 64;
-    lrpe::detail::small_buffer<T, 64 * 64> tmp(block * d);
+    lrpe::detail::small_buffer<T, 64 * 64> tmp(std::min(block, x.rows) * d);
     for (index_t i0 = 0; i0 < x.rows; i0 += block) {
       const index_t rows = std::min(block, x.rows - i0);
       for (index_t i = 0; i < rows; ++i) {
@@ -792,6 +807,10 @@ void features(const Encoding& encoding, const Phi& phi, const matrix_view<const 
   const index_t d = x.cols;
   if constexpr (lrpe_encoder<Encoding>) {
     if (x.rows >= simd_encoder_min_rows) return encoded_features<A>(encoding, phi, x, pos, out);
+    if constexpr (few_rows_simd_v<Encoding>) {
+      if (simd_encoder<Encoding, A>::path == simd_path::vectorised)
+        return encoded_features<A>(encoding, phi, x, pos, out, position_tables::direct);
+    }
   }
   if constexpr (std::is_same_v<Encoding, no_encoding>) {
     for (index_t i = 0; i < x.rows; ++i)

@@ -551,8 +551,9 @@ struct l_kernel<Arch, lambda::rotation<T>> {
   static constexpr bool is_identity = false;
   using entry = T;
 
-  explicit l_kernel(const lambda::rotation<T>& l)
-      : rows_(l.frequencies().data(), static_cast<index_t>(l.frequencies().size())),
+  /// `stepped`: see `cos_sin_rows`.
+  explicit l_kernel(const lambda::rotation<T>& l, bool stepped = true)
+      : rows_(l.frequencies().data(), static_cast<index_t>(l.frequencies().size()), stepped),
         half_(static_cast<index_t>(l.frequencies().size())),
         d_(l.dim()),
         interleaved_(l.pair_mode() == pairing::interleaved) {}
@@ -811,8 +812,9 @@ struct l_kernel<Arch, lambda::complex_phase<T>> {
   static constexpr bool is_identity = false;
   using entry = T;
 
-  explicit l_kernel(const lambda::complex_phase<T>& l)
-      : rows_(l.frequencies().data(), static_cast<index_t>(l.frequencies().size())),
+  /// `stepped`: see `cos_sin_rows`.
+  explicit l_kernel(const lambda::complex_phase<T>& l, bool stepped = true)
+      : rows_(l.frequencies().data(), static_cast<index_t>(l.frequencies().size()), stepped),
         e_(static_cast<index_t>(l.frequencies().size())),
         d_(l.dim()) {}
 
