@@ -25,6 +25,8 @@ int main() {
 
   const matrix x = random(n, d), q = random(heads * n, d), k = random(heads * n, d);
   matrix out(n, d), q_enc(heads * n, d), k_enc(heads * n, d);
+  const matrix x_new = random(1, d);  // one more token
+  matrix out_new(1, d);
   // batch 1, `heads` heads, [batch, heads, seq, dim] (BNSH) views of the same storage
   const auto q_heads = lrpe::bnsh<const T>(q.data(), 1, heads, n, d);
   const auto k_heads = lrpe::bnsh<const T>(k.data(), 1, heads, n, d);
@@ -41,8 +43,13 @@ int main() {
   lrpe::simd_encoder<lrpe::rope_neox<float>> fast(rope);
   fast.set_stream_threshold(SIZE_MAX);  // never bypass the cache (default: outputs ≥ 16 MiB do)
   fast.encode_qk(q_heads, 0, k_heads, 0, q_out, k_out);
+  // a few rows per call (decode steps): nothing tabulated at construction, each row's angles by
+  // a vectorised sincos (the default builds cos/sin tables for runs of 64 positions)
+  lrpe::simd_encoder<lrpe::rope_neox<float>> step(rope, lrpe::position_tables::direct);
+  step.encode(lrpe::view(x_new), /*position*/ n, lrpe::view(out_new));
   // [simd-encode]
   expect((out - rope.encode(x, 0)).cwiseAbs().maxCoeff() <= 1e-5f, "simd encode == reference encode");
+  expect((out_new - rope.encode(x_new, n)).cwiseAbs().maxCoeff() <= 1e-5f, "simd encode, direct tables == reference");
   const matrix head2 = rope.encode(q.middleRows(2 * n, n), 0);
   expect((q_enc.middleRows(2 * n, n) - head2).cwiseAbs().maxCoeff() <= 1e-5f, "simd encode_qk head 2 == reference");
 
