@@ -437,6 +437,30 @@ TEST_CASE_TEMPLATE("simd encoder with direct position tables == stepped == refer
   check(lrpe::type4<T>(16), "type4");
 }
 
+TEST_CASE_TEMPLATE("simd encoder, direct tables: the remembered last row never crosses encoders or positions", T,
+                   float, double) {
+  // Direct tables remember the last row of angles per thread (a decode step's q and k of every
+  // head share one). Interleaved one-row calls at one position with different θ (bases 10⁴ and
+  // 5·10⁵; a rotary width of 32 of 64: fewer angles), equal θ in another object, and the next
+  // position: each must be its own reference.
+  const lrpe::rope_neox<T> a(64), b(64, 500000.0), c(64, 10000.0, 32), a2(64);
+  lrpe::generator g(ref::seed(20261124));
+  const auto x = ref::random_rows<T>(1, 64, g.next());
+  const auto one = [&](const auto& e, position_t s) {
+    lrpe::row_matrix<T> got(1, 64);
+    lrpe::simd_encoder<lrpe::rope_neox<T>>(e, lrpe::position_tables::direct).encode(lrpe::view(x), s, lrpe::view(got));
+    return ref::max_abs_diff(got, e.encode(x, lrpe::positions(s)));
+  };
+  for (position_t s : {position_t{7}, position_t{7}, position_t{8}, position_t{-3}, position_t{1'000'001}}) {
+    INFO("s = " << s);
+    CHECK(one(a, s) <= tol<T>(64));
+    CHECK(one(b, s) <= tol<T>(64));
+    CHECK(one(a2, s) <= tol<T>(64));
+    CHECK(one(c, s) <= tol<T>(64));
+    CHECK(one(a, s + 1) <= tol<T>(64));
+  }
+}
+
 TEST_CASE_TEMPLATE("simd encode: no heap allocation per call with a held simd_encoder", T, float, double) {
   constexpr index_t n = 300, d = 64;
   const auto x = ref::random_rows<T>(n, d, 77);

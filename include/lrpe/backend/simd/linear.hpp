@@ -67,9 +67,11 @@ void gemm_rows(index_t rows, const T* p, index_t prs, index_t pcs, const T* v, i
   if (i < rows) pv_remainder<R - 1, T, A>(rows - i, p + i * prs, prs, pcs, ones, v, dvp, nk, o + i * dvp);
 }
 
-/// λ^Δ for Δ ≥ 0 (1 without decay), in double as the reference.
+/// λ^Δ for Δ ≥ 0 (1 without decay), in double as the reference. Δ = 1 (every decode step)
+/// returns λ itself, which is pow's exact result, without the call.
 inline double decay_pow(double lambda, position_t delta) noexcept {
-  return lambda == 1.0 || delta == 0 ? 1.0 : std::pow(lambda, static_cast<double>(delta));
+  if (lambda == 1.0 || delta == 0) return 1.0;
+  return delta == 1 ? lambda : std::pow(lambda, static_cast<double>(delta));
 }
 
 /// A chunk's feature rows as `linear_run::vector_chunks` reads them: q̃ rows `qs` apart, k̃

@@ -21,6 +21,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -61,6 +62,41 @@ inline void angle_cos_sin(position_t s, const double* theta, index_t count, doub
   }
 }
 
+/// The last angles `angle_cos_sin_memo` evaluated on this thread: position, θ and the results.
+struct last_cos_sin {
+  static constexpr index_t max_count = 256;
+  position_t s = 0;
+  index_t count = -1;
+  double theta[max_count], c[max_count], sn[max_count];
+};
+
+inline last_cos_sin& thread_last_cos_sin() noexcept {
+  thread_local last_cos_sin last;
+  return last;
+}
+
+/**
+ * `angle_cos_sin` remembering the last row per thread. A decode step encodes q and k of every
+ * head at one position with the same θ: 2·heads rows, one evaluation, the others copies. The
+ * key is (s, count, the bits of every θ_k) — the arguments of a pure function, never an
+ * address — so a hit returns exactly what the evaluation would; a miss costs a compare and a
+ * copy of `count` doubles. Counts above `last_cos_sin::max_count` are not remembered.
+ */
+template <class Arch>
+inline void angle_cos_sin_memo(position_t s, const double* theta, index_t count, double* c, double* sn) noexcept {
+  last_cos_sin& m = thread_last_cos_sin();
+  if (count > last_cos_sin::max_count) return angle_cos_sin<Arch>(s, theta, count, c, sn);
+  const auto bytes = static_cast<std::size_t>(count) * sizeof(double);
+  if (m.count != count || m.s != s || std::memcmp(m.theta, theta, bytes) != 0) {
+    angle_cos_sin<Arch>(s, theta, count, m.c, m.sn);
+    std::memcpy(m.theta, theta, bytes);
+    m.s = s;
+    m.count = count;
+  }
+  std::memcpy(c, m.c, bytes);
+  std::memcpy(sn, m.sn, bytes);
+}
+
 /**
  * Table rows `[cos(s·θ_k), k < count | sin(s·θ_k), k < count]` in T, one per position s: the
  * per-position table of the rotation and complex-phase kernels.
@@ -82,10 +118,11 @@ class cos_sin_rows {
   /// Positions per `fill_run` (and per table block of the encoder).
   static constexpr index_t run = 64;
 
-  /// `stepped` = false skips the step table (`fill_run` then evaluates every row like `fill`):
-  /// for encoders that see a few rows per call, where building it (~4 µs at 32 angles) costs
-  /// more than the sincos it saves.
-  cos_sin_rows(const double* theta, index_t count, bool stepped = true) : theta_(theta), count_(count) {
+  /// `stepped` = false skips the step table (`fill_run` then evaluates every row like `fill`)
+  /// and remembers the last row per thread (`angle_cos_sin_memo`): for encoders that see a few
+  /// rows per call, where building it (~4 µs at 32 angles) costs more than the sincos it saves.
+  cos_sin_rows(const double* theta, index_t count, bool stepped = true)
+      : theta_(theta), count_(count), memo_(!stepped) {
     if constexpr (std::is_same_v<T, float>) {
       if (stepped && count_ > 0 && count_ <= max_stepped) {
         const auto n = static_cast<std::size_t>(run * count_);
@@ -101,7 +138,8 @@ class cos_sin_rows {
 
   /// Row of position s (scratch c, sn: count() doubles each).
   void fill(position_t s, T* row, double* c, double* sn) const noexcept {
-    angle_cos_sin<Arch>(s, theta_, count_, c, sn);
+    if (memo_) angle_cos_sin_memo<Arch>(s, theta_, count_, c, sn);
+    else angle_cos_sin<Arch>(s, theta_, count_, c, sn);
     for (index_t k = 0; k < count_; ++k) {
       row[k] = static_cast<T>(c[k]);
       row[count_ + k] = static_cast<T>(sn[k]);
@@ -131,6 +169,7 @@ class cos_sin_rows {
   static constexpr index_t max_stepped = 512;
   const double* theta_;
   index_t count_;
+  bool memo_;
   std::vector<double> step_c_, step_s_;  // cos/sin(j·θ_k) at [j·count + k]; float only
 };
 
