@@ -287,10 +287,11 @@ void linear_simd_rope_features_first(benchmark::State& state) {
 
 // Decode: 64 tokens, one at a time, each through the 8 heads' states (1+elu, RoPE, decay 0.99):
 // arg 0 = the state's own append + query (scalar), 1 = one-row segments on the SIMD backend
-// (the state recurrence in place). Positions keep increasing across iterations.
+// (the state recurrence in place) per head, 2 = one multi-head call per token (one state per
+// head). Positions keep increasing across iterations.
 void linear_decode(benchmark::State& state) {
   constexpr index_t tokens = 64;
-  const bool simd = state.range(0) != 0;
+  const bool simd = state.range(0) == 1, multi_head = state.range(0) == 2;
   inputs in(tokens);
   const lrpe::rope_neox<T> enc(d);
   const lrpe::feature_maps::elu_plus_one phi;
@@ -301,6 +302,17 @@ void linear_decode(benchmark::State& state) {
   run_timed(state, linear_flops(tokens), 1, [&] {
     const auto q = in.view(in.q), k = in.view(in.k), v = in.view(in.v), o = in.view(in.out);
     for (index_t i = 0; i < tokens; ++i, ++t) {
+      if (multi_head) {
+        const auto token = [&](auto view) {  // row i of every head
+          view.data += i * view.seq_stride;
+          view.seq = 1;
+          return view;
+        };
+        lrpe::linear_attention(token(q), token(k), token(v), token(o), enc, phi, st,
+                               lrpe::linear_options{.causal = true, .decay = decay, .q_positions = t, .k_positions = t},
+                               lrpe::backend::simd<>{});
+        continue;
+      }
       for (index_t h = 0; h < heads; ++h) {
         auto& s = st[static_cast<std::size_t>(h)];
         if (simd) {
@@ -353,7 +365,7 @@ BENCHMARK(linear_simd)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(linear_simd_rope)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(linear_simd_rope_features_first)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(linear_decode)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(linear_decode)->Arg(0)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(linear_reference)->ArgsProduct({{512, 2048, 4096, 8192}, {0, 1}})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

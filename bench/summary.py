@@ -153,6 +153,10 @@ def main():
               f"segments on the SIMD backend; {fmt_r(per_token(dec_ref))} us through the state's append + query "
               f"(x{fmt_r(ratio(dec_ref, dec_simd))}); page faults {fmt_r(c('linear_decode/1', 'minflt_per_call'), 1)}, "
               f"allocs>64K {fmt_r(c('linear_decode/1', 'big_allocs_per_call'), 1)} per call")
+        dec_mh = t("linear_decode/2")
+        if dec_mh is not None:
+            print(f"decode, same, one multi-head call per token (a state per head): {fmt_r(per_token(dec_mh))} us "
+                  f"per token (x{fmt_r(ratio(dec_ref, dec_mh))} of append + query)")
     for name, label in (("softmax_simd_rope/4096", "softmax causal with RoPE"),
                         ("softmax_simd_alibi/4096", "softmax causal with ALiBi")):
         if t(name) is not None:

@@ -24,17 +24,14 @@ int main() {
   for (lrpe::index_t h = 0; h < heads; ++h) decay[h] = 1.0 - std::pow(2.0, -5.0 - static_cast<double>(h));
   auto at = [&](lrpe::index_t t, lrpe::index_t h) { return (t * heads + h) * d; };
 
-  // prefill: the prompt in one batched causal call per head, leaving each head's state
+  // prefill: the prompt in one multi-head causal call (BSNH views of its rows), leaving one
+  // state per head (state h: head h's decay)
   std::vector<lrpe::linear_attention_state<T>> state;
-  for (lrpe::index_t h = 0; h < heads; ++h) {
-    state.emplace_back(rope.feature_dim(), d, decay[h]);
-    const lrpe::index_t stride = heads * d;
-    lrpe::matrix_view<const T> qh(q.data() + at(0, h), prompt, d, stride), kh(k.data() + at(0, h), prompt, d, stride),
-        vh(v.data() + at(0, h), prompt, d, stride);
-    lrpe::matrix_view<T> oh(out.data() + at(0, h), prompt, d, stride);
-    lrpe::linear_attention(qh, kh, vh, oh, rope, phi, state[h],
-                           lrpe::linear_options{.causal = true, .decay = decay[h]});
-  }
+  for (lrpe::index_t h = 0; h < heads; ++h) state.emplace_back(rope.feature_dim(), d, decay[h]);
+  lrpe::linear_attention(lrpe::bsnh<const T>(q.data(), 1, prompt, heads, d),
+                         lrpe::bsnh<const T>(k.data(), 1, prompt, heads, d),
+                         lrpe::bsnh<const T>(v.data(), 1, prompt, heads, d), lrpe::bsnh(out.data(), 1, prompt, heads, d),
+                         rope, phi, state, lrpe::linear_options{.causal = true, .head_decays = decay});
 
   // decode: append the new token's k, v at its position, then answer its query
   const auto t0 = std::chrono::steady_clock::now();

@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
+#include <vector>
 
 namespace attention_test {
 
@@ -59,6 +61,70 @@ void for_each_preset(lrpe::index_t d, F&& f) {
   f(base(lrpe::rope_gptj<T>(d)), "rope_gptj");
   f(base(lrpe::rope_neox<T>(d)), "rope_neox");
   f(base(lrpe::permuteformer<T>(d)), "permuteformer");
+}
+
+/**
+ * Multi-head causal linear attention with one state per (b, h) on `backend`: a prefill segment
+ * of `prompt` tokens, then one-token decode steps, over [batch, seq, heads, d] memory (BSNH
+ * views of one step: seq = 1) with per-head decays. Checks every state's count and last
+ * position, and returns the worst scale-free difference, max |a − b| / (1 + max |b|), of the
+ * outputs against one stateless multi-head reference call over the whole sequence and of every
+ * state (S, z) against the state a single-head reference call leaves.
+ */
+template <class T, class Enc, class Backend>
+double multihead_state_error(const Enc& enc, const Backend& backend, lrpe::index_t batch, lrpe::index_t heads,
+                             lrpe::index_t d, lrpe::index_t prompt, lrpe::index_t steps, std::uint64_t seed) {
+  using lrpe::index_t;
+  const index_t n = prompt + steps, row = heads * d, f = enc.feature_dim();
+  lrpe::generator g(seed);
+  std::vector<T> q(static_cast<std::size_t>(batch * n * row)), k(q.size()), v(q.size()), want(q.size()), got(q.size());
+  for (auto* buf : {&q, &k, &v})
+    for (auto& x : *buf) x = static_cast<T>(0.5 * g.normal());
+  std::vector<double> decays(static_cast<std::size_t>(heads));
+  for (index_t h = 0; h < heads; ++h) decays[static_cast<std::size_t>(h)] = 1.0 - 0.05 * static_cast<double>(h);
+  const lrpe::feature_maps::elu_plus_one phi;
+  // rows [s0, s0 + m) of every (b, h), BSNH in a buffer of n tokens
+  const auto rows = [&](std::vector<T>& buf, index_t s0, index_t m) {
+    return lrpe::heads_view<T>{buf.data() + s0 * row, batch, heads, m, d, n * row, d, row};
+  };
+  const auto in = [&](std::vector<T>& buf, index_t s0, index_t m) {
+    return lrpe::heads_view<const T>(rows(buf, s0, m));
+  };
+  lrpe::linear_attention(in(q, 0, n), in(k, 0, n), in(v, 0, n), rows(want, 0, n), enc, phi,
+                         lrpe::linear_options{.causal = true, .head_decays = decays});
+  std::vector<lrpe::linear_attention_state<T>> states;
+  for (index_t b = 0; b < batch; ++b)
+    for (index_t h = 0; h < heads; ++h) states.emplace_back(f, d, decays[static_cast<std::size_t>(h)]);
+  lrpe::linear_attention(in(q, 0, prompt), in(k, 0, prompt), in(v, 0, prompt), rows(got, 0, prompt), enc, phi, states,
+                         lrpe::linear_options{.causal = true, .head_decays = decays}, backend);
+  for (index_t t = prompt; t < n; ++t)
+    lrpe::linear_attention(in(q, t, 1), in(k, t, 1), in(v, t, 1), rows(got, t, 1), enc, phi, states,
+                           lrpe::linear_options{.causal = true, .q_positions = t, .k_positions = t,
+                                                .head_decays = decays},
+                           backend);
+  // scale-free: max |a − b| / (1 + max |b|) per quantity (S and z grow with n)
+  const auto scaled = [](double err, double mag) { return err / (1 + mag); };
+  double err = 0, mag = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    err = std::max(err, static_cast<double>(std::abs(got[i] - want[i])));
+    mag = std::max(mag, static_cast<double>(std::abs(want[i])));
+  }
+  double worst = scaled(err, mag);
+  for (index_t b = 0; b < batch; ++b)
+    for (index_t h = 0; h < heads; ++h) {
+      const auto& st = states[static_cast<std::size_t>(b * heads + h)];
+      CHECK(st.count() == n);
+      CHECK(st.last_position() == n - 1);
+      lrpe::linear_attention_state<T> ref(f, d, decays[static_cast<std::size_t>(h)]);
+      rm<T> o(n, d);
+      lrpe::linear_attention(in(q, 0, n).head(b, h), in(k, 0, n).head(b, h), in(v, 0, n).head(b, h), o, enc, phi, ref,
+                             lrpe::linear_options{.causal = true, .decay = decays[static_cast<std::size_t>(h)]});
+      worst = std::max(worst, scaled(static_cast<double>((st.kv() - ref.kv()).cwiseAbs().maxCoeff()),
+                                     static_cast<double>(ref.kv().cwiseAbs().maxCoeff())));
+      worst = std::max(worst, scaled(static_cast<double>((st.k_sum() - ref.k_sum()).cwiseAbs().maxCoeff()),
+                                     static_cast<double>(ref.k_sum().cwiseAbs().maxCoeff())));
+    }
+  return worst;
 }
 
 }  // namespace attention_test

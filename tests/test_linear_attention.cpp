@@ -295,6 +295,32 @@ TEST_CASE_TEMPLATE("linear: BNSH and BSNH views with per-head decay equal contig
   }
 }
 
+TEST_CASE_TEMPLATE("linear: multi-head segments with one state per (b, h): prefill then decode steps == one call", T,
+                   float, double) {
+  // Batch 2 × 3 heads, per-head decays, a 9-token prefill then 6 one-token steps (BSNH views of
+  // one token); Type 1 (a Householder P) and RoPE.
+  CHECK(attention_test::multihead_state_error<T>(lrpe::type1<T>(8), lrpe::backend::reference{}, 2, 3, 8, 9, 6, 0x11AE'0007) <=
+        tolerance<T>());
+  CHECK(attention_test::multihead_state_error<T>(lrpe::rope_neox<T>(8), lrpe::backend::reference{}, 2, 3, 8, 9, 6,
+                                                 0x11AE'0008) <= tolerance<T>());
+  // Errors: the number of states, and a state whose decay is not its head's.
+  std::vector<T> buf(2 * 3 * 4 * 8), obuf(buf.size());
+  const auto x = lrpe::bnsh<const T>(buf.data(), 2, 3, 4, 8);
+  const auto o = lrpe::bnsh(obuf.data(), 2, 3, 4, 8);
+  const lrpe::rope_neox<T> enc(8);
+  const lrpe::feature_maps::elu_plus_one phi;
+  std::vector<lrpe::linear_attention_state<T>> five(5, lrpe::linear_attention_state<T>(8, 8, 1.0));
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention(x, x, x, o, enc, phi, five, lrpe::linear_options{.causal = true}),
+                       "lrpe::linear_attention (multi-head): argument 'states.size()' must equal batch x heads = 6 "
+                       "(state b*heads + h for head (b, h)); got 5",
+                       lrpe::shape_error);
+  std::vector<lrpe::linear_attention_state<T>> six(6, lrpe::linear_attention_state<T>(8, 8, 1.0));
+  const std::vector<double> decays{1.0, 0.9, 1.0};
+  CHECK_THROWS_WITH_AS(
+      lrpe::linear_attention(x, x, x, o, enc, phi, six, lrpe::linear_options{.causal = true, .head_decays = decays}),
+      doctest::Contains("'options.decay'"), lrpe::parameter_error);
+}
+
 TEST_CASE("linear: errors name the argument; empty sequences") {
   using T = double;
   const rm<T> q = rm<T>::Ones(4, 8), k = rm<T>::Ones(5, 8), v = rm<T>::Ones(5, 3);

@@ -499,6 +499,24 @@ TEST_CASE_TEMPLATE("simd causal linear attention, a decode loop of one-row segme
   }
 }
 
+TEST_CASE_TEMPLATE("simd multi-head segments with one state per (b, h): prefill then decode steps == one reference call",
+                   T, float, double) {
+  // The decode steps' features on the SIMD backend: RoPE and LRPE cosine take direct tables
+  // (their angles evaluated once per step for every head, q and k), Type 1 the scalar encoder;
+  // the prefill (70 tokens) crosses a chunk. Single thread and a 2-thread pool.
+  lrpe::backend::simd_threads pool(2);
+  const lrpe::backend::simd_policy<> threads{&pool};
+  const auto check = [&](const auto& enc, const char* what) {
+    INFO(what);
+    CHECK(attention_test::multihead_state_error<T>(enc, lrpe::backend::simd<>{}, 2, 4, 32, 70, 12, 0x51'0001) <=
+          tolerance<T>());
+    CHECK(attention_test::multihead_state_error<T>(enc, threads, 2, 4, 32, 70, 12, 0x51'0002) <= tolerance<T>());
+  };
+  check(lrpe::rope_neox<T>(32), "rope_neox");
+  check(lrpe::encoder{lrpe::p::identity<T>(32), lrpe::lambda::complex_phase<T>(32)}, "LRPE cosine");
+  check(lrpe::type1<T>(32), "type1");
+}
+
 TEST_CASE_TEMPLATE("simd causal linear self-attention by one-vector chunks, in segments with gaps == reference", T,
                    float, double) {
   // Each segment continues a state whose last position lies 1, 40 or 1000 positions back:

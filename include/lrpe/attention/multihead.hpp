@@ -14,10 +14,12 @@
 
 #include <lrpe/attention/linear.hpp>
 #include <lrpe/attention/softmax.hpp>
+#include <lrpe/attention/state.hpp>
 
 #include <cstddef>
 #include <iterator>
 #include <ranges>
+#include <span>
 #include <type_traits>
 
 namespace lrpe {
@@ -164,6 +166,52 @@ void softmax_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const h
   });
 }
 
+namespace detail {
+
+/// The multi-head linear entry points; `states` null (no state) or batch × heads of them.
+template <class TQ, class TK, class TV, class T, class Encodings, class Phi, class Backend>
+void linear_attention_heads(const heads_view<TQ>& q, const heads_view<TK>& k, const heads_view<TV>& v,
+                            const heads_view<T>& out, const Encodings& encodings, const Phi& phi,
+                            const linear_options& options, std::span<linear_attention_state<T>>* states,
+                            Backend backend) {
+  constexpr const char* where = "lrpe::linear_attention (multi-head)";
+  static_assert(!std::is_const_v<T>, "lrpe::linear_attention: out must be a mutable heads_view");
+  validate_heads(q, where, "q");
+  validate_heads(k, where, "k");
+  validate_heads(v, where, "v");
+  validate_heads(out, where, "out");
+  require_same_bh(q, k, where, "k");
+  require_same_bh(q, v, where, "v");
+  require_same_bh(q, out, where, "out");
+  if (!options.head_decays.empty()) {
+    require_size(static_cast<index_t>(options.head_decays.size()), q.heads, where, "options.head_decays");
+    for (double lambda : options.head_decays) require_decay(lambda, where, "options.head_decays[h]");
+  }
+  if (states != nullptr) {
+    require_shape(static_cast<index_t>(states->size()) == q.batch * q.heads, where, "states.size()",
+                  lazy_concat("must equal batch x heads = ", q.batch * q.heads, " (state b*heads + h for head (b, h))"),
+                  states->size());
+  }
+  // (b, h) pairs, h-major; a backend may run them on several threads (backend::for_each_head)
+  for_each_head(backend, q.heads * q.batch, [&](index_t item, const auto& head_backend) {
+    const index_t h = item / q.batch, b = item % q.batch;
+    linear_options head_options = options;
+    head_options.head_decays = {};
+    if (!options.head_decays.empty()) head_options.decay = options.head_decays[static_cast<std::size_t>(h)];
+    const auto qh = as_const_heads(q).head(b, h), kh = as_const_heads(k).head(b, h), vh = as_const_heads(v).head(b, h);
+    const auto oh = out.head(b, h);
+    const auto& encoding = head_encoding(encodings, h, q.heads, where);
+    if (states != nullptr) {
+      ::lrpe::linear_attention(qh, kh, vh, oh, encoding, phi, (*states)[static_cast<std::size_t>(b * q.heads + h)],
+                               head_options, head_backend);
+    } else {
+      ::lrpe::linear_attention(qh, kh, vh, oh, encoding, phi, head_options, head_backend);
+    }
+  });
+}
+
+}  // namespace detail
+
 /**
  * Multi-head linear attention: for every (b, h), `linear_attention` on the head's strided
  * views with encoding `head_encoding(encodings, h)` and decay `options.head_decays[h]` (or
@@ -173,29 +221,25 @@ template <class TQ, class TK, class TV, class T, class Encodings, class Phi, cla
 void linear_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const heads_view<TV>& v,
                       const heads_view<T>& out, const Encodings& encodings, const Phi& phi,
                       const linear_options& options = {}, Backend backend = {}) {
-  constexpr const char* where = "lrpe::linear_attention (multi-head)";
-  static_assert(!std::is_const_v<T>, "lrpe::linear_attention: out must be a mutable heads_view");
-  detail::validate_heads(q, where, "q");
-  detail::validate_heads(k, where, "k");
-  detail::validate_heads(v, where, "v");
-  detail::validate_heads(out, where, "out");
-  detail::require_same_bh(q, k, where, "k");
-  detail::require_same_bh(q, v, where, "v");
-  detail::require_same_bh(q, out, where, "out");
-  if (!options.head_decays.empty()) {
-    detail::require_size(static_cast<index_t>(options.head_decays.size()), q.heads, where, "options.head_decays");
-    for (double lambda : options.head_decays) detail::require_decay(lambda, where, "options.head_decays[h]");
-  }
-  // (b, h) pairs, h-major; a backend may run them on several threads (backend::for_each_head)
-  for_each_head(backend, q.heads * q.batch, [&](index_t item, const auto& head_backend) {
-    const index_t h = item / q.batch, b = item % q.batch;
-    linear_options head_options = options;
-    head_options.head_decays = {};
-    if (!options.head_decays.empty()) head_options.decay = options.head_decays[static_cast<std::size_t>(h)];
-    linear_attention(detail::as_const_heads(q).head(b, h), detail::as_const_heads(k).head(b, h),
-                     detail::as_const_heads(v).head(b, h), out.head(b, h),
-                     detail::head_encoding(encodings, h, q.heads, where), phi, head_options, head_backend);
-  });
+  detail::linear_attention_heads(q, k, v, out, encodings, phi, options,
+                                 static_cast<std::span<linear_attention_state<T>>*>(nullptr), backend);
+}
+
+/**
+ * Multi-head causal linear attention of one segment, continuing one state per (b, h): head
+ * (b, h) runs the single-head segment call with `states[b·heads + h]`, so prefill and decode
+ * steps (one token per call: `seq` = 1, `q_positions = k_positions = t`) over any split give
+ * the one-call result. `states.size()` must be batch × heads, and state (b, h) must have the
+ * head's decay (`options.head_decays[h]`, or `options.decay`) and dimensions d_f × d_v.
+ * On the SIMD backend a decode step's features share one evaluation of the angles across the
+ * heads (docs/backends.md, direct tables).
+ */
+template <class TQ, class TK, class TV, class T, class Encodings, class Phi, class Backend = backend::reference>
+void linear_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const heads_view<TV>& v,
+                      const heads_view<T>& out, const Encodings& encodings, const Phi& phi,
+                      std::type_identity_t<std::span<linear_attention_state<T>>> states, const linear_options& options,
+                      Backend backend = {}) {
+  detail::linear_attention_heads(q, k, v, out, encodings, phi, options, &states, backend);
 }
 
 }  // namespace v0
