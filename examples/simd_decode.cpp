@@ -4,13 +4,14 @@
 // O(heads·d²), whatever its position, two ways:
 //  - per head, the state's own append + query (scalar code, any backend's state);
 //  - one multi-head segment call per token on the SIMD backend: the token's features by the
-//    SIMD encoder with direct tables (angles evaluated once for every head, q and k) and the
+//    SIMD encoder with direct tables (angles evaluated once for all heads, q and k) and the
 //    state recurrence in place.
 // Prints tokens/s of each, and checks both against one batched reference call over the whole
 // sequence (returns non-zero if they differ).
 #include <lrpe/lrpe.hpp>
 #include <lrpe/simd.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -85,7 +86,8 @@ int main() {
     return err / (1 + mag);
   };
   const double e_segment = relative(out), e_append = relative(appended);
-  std::printf("vs one batched call: max relative difference %.2e (SIMD segment calls), %.2e (reference prefill, append + query)\n",
+  std::printf("vs one batched call: max relative difference %.2e (SIMD segment calls), %.2e (reference prefill, "
+              "append + query)\n",
               e_segment, e_append);
   return e_segment < 1e-4 && e_append < 1e-4 ? 0 : 1;
 }

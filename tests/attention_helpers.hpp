@@ -64,18 +64,25 @@ void for_each_preset(lrpe::index_t d, F&& f) {
 }
 
 /**
- * Multi-head causal linear attention with one state per (b, h) on `backend`: a prefill segment
+ * Multi-head causal linear attention with one state per (b, h) on `backend` (`encodings`: one
+ * encoder, or a callable h -> head h's encoder): a prefill segment
  * of `prompt` tokens, then one-token decode steps, over [batch, seq, heads, d] memory (BSNH
  * views of one step: seq = 1) with per-head decays. Checks every state's count and last
  * position, and returns the worst scale-free difference, max |a − b| / (1 + max |b|), of the
  * outputs against one stateless multi-head reference call over the whole sequence and of every
  * state (S, z) against the state a single-head reference call leaves.
  */
-template <class T, class Enc, class Backend>
-double multihead_state_error(const Enc& enc, const Backend& backend, lrpe::index_t batch, lrpe::index_t heads,
-                             lrpe::index_t d, lrpe::index_t prompt, lrpe::index_t steps, std::uint64_t seed) {
+template <class T, class Encodings, class Backend>
+double multihead_state_error(const Encodings& encodings, const Backend& backend, lrpe::index_t batch,
+                             lrpe::index_t heads, lrpe::index_t d, lrpe::index_t prompt, lrpe::index_t steps,
+                             std::uint64_t seed) {
   using lrpe::index_t;
-  const index_t n = prompt + steps, row = heads * d, f = enc.feature_dim();
+  // one encoder for every head, or a callable h -> the head's encoder
+  const auto enc_of = [&](index_t h) {
+    if constexpr (std::is_invocable_v<const Encodings&, index_t>) return encodings(h);
+    else return encodings;
+  };
+  const index_t n = prompt + steps, row = heads * d;
   lrpe::generator g(seed);
   std::vector<T> q(static_cast<std::size_t>(batch * n * row)), k(q.size()), v(q.size()), want(q.size()), got(q.size());
   for (auto* buf : {&q, &k, &v})
@@ -90,15 +97,16 @@ double multihead_state_error(const Enc& enc, const Backend& backend, lrpe::index
   const auto in = [&](std::vector<T>& buf, index_t s0, index_t m) {
     return lrpe::heads_view<const T>(rows(buf, s0, m));
   };
-  lrpe::linear_attention(in(q, 0, n), in(k, 0, n), in(v, 0, n), rows(want, 0, n), enc, phi,
+  lrpe::linear_attention(in(q, 0, n), in(k, 0, n), in(v, 0, n), rows(want, 0, n), encodings, phi,
                          lrpe::linear_options{.causal = true, .head_decays = decays});
   std::vector<lrpe::linear_attention_state<T>> states;
   for (index_t b = 0; b < batch; ++b)
-    for (index_t h = 0; h < heads; ++h) states.emplace_back(f, d, decays[static_cast<std::size_t>(h)]);
-  lrpe::linear_attention(in(q, 0, prompt), in(k, 0, prompt), in(v, 0, prompt), rows(got, 0, prompt), enc, phi, states,
-                         lrpe::linear_options{.causal = true, .head_decays = decays}, backend);
+    for (index_t h = 0; h < heads; ++h)
+      states.emplace_back(enc_of(h).feature_dim(), d, decays[static_cast<std::size_t>(h)]);
+  lrpe::linear_attention(in(q, 0, prompt), in(k, 0, prompt), in(v, 0, prompt), rows(got, 0, prompt), encodings, phi,
+                         states, lrpe::linear_options{.causal = true, .head_decays = decays}, backend);
   for (index_t t = prompt; t < n; ++t)
-    lrpe::linear_attention(in(q, t, 1), in(k, t, 1), in(v, t, 1), rows(got, t, 1), enc, phi, states,
+    lrpe::linear_attention(in(q, t, 1), in(k, t, 1), in(v, t, 1), rows(got, t, 1), encodings, phi, states,
                            lrpe::linear_options{.causal = true, .q_positions = t, .k_positions = t,
                                                 .head_decays = decays},
                            backend);
@@ -115,10 +123,11 @@ double multihead_state_error(const Enc& enc, const Backend& backend, lrpe::index
       const auto& st = states[static_cast<std::size_t>(b * heads + h)];
       CHECK(st.count() == n);
       CHECK(st.last_position() == n - 1);
-      lrpe::linear_attention_state<T> ref(f, d, decays[static_cast<std::size_t>(h)]);
+      const auto head_enc = enc_of(h);
+      lrpe::linear_attention_state<T> ref(head_enc.feature_dim(), d, decays[static_cast<std::size_t>(h)]);
       rm<T> o(n, d);
-      lrpe::linear_attention(in(q, 0, n).head(b, h), in(k, 0, n).head(b, h), in(v, 0, n).head(b, h), o, enc, phi, ref,
-                             lrpe::linear_options{.causal = true, .decay = decays[static_cast<std::size_t>(h)]});
+      lrpe::linear_attention(in(q, 0, n).head(b, h), in(k, 0, n).head(b, h), in(v, 0, n).head(b, h), o, head_enc, phi,
+                             ref, lrpe::linear_options{.causal = true, .decay = decays[static_cast<std::size_t>(h)]});
       worst = std::max(worst, scaled(static_cast<double>((st.kv() - ref.kv()).cwiseAbs().maxCoeff()),
                                      static_cast<double>(ref.kv().cwiseAbs().maxCoeff())));
       worst = std::max(worst, scaled(static_cast<double>((st.k_sum() - ref.k_sum()).cwiseAbs().maxCoeff()),

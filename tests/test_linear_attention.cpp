@@ -11,6 +11,7 @@
 #include <cmath>
 #include <complex>
 #include <map>
+#include <string>
 #include <vector>
 
 namespace {
@@ -298,27 +299,67 @@ TEST_CASE_TEMPLATE("linear: BNSH and BSNH views with per-head decay equal contig
 TEST_CASE_TEMPLATE("linear: multi-head segments with one state per (b, h): prefill then decode steps == one call", T,
                    float, double) {
   // Batch 2 × 3 heads, per-head decays, a 9-token prefill then 6 one-token steps (BSNH views of
-  // one token); Type 1 (a Householder P) and RoPE.
-  CHECK(attention_test::multihead_state_error<T>(lrpe::type1<T>(8), lrpe::backend::reference{}, 2, 3, 8, 9, 6, 0x11AE'0007) <=
+  // one token); Type 1 (a Householder P), RoPE, and per-head encodings (RoPE of base 10⁴·(h+1)).
+  using lrpe::backend::reference;
+  CHECK(attention_test::multihead_state_error<T>(lrpe::type1<T>(8), reference{}, 2, 3, 8, 9, 6, 0x11AE'0007) <=
         tolerance<T>());
-  CHECK(attention_test::multihead_state_error<T>(lrpe::rope_neox<T>(8), lrpe::backend::reference{}, 2, 3, 8, 9, 6,
-                                                 0x11AE'0008) <= tolerance<T>());
-  // Errors: the number of states, and a state whose decay is not its head's.
-  std::vector<T> buf(2 * 3 * 4 * 8), obuf(buf.size());
+  CHECK(attention_test::multihead_state_error<T>(lrpe::rope_neox<T>(8), reference{}, 2, 3, 8, 9, 6, 0x11AE'0008) <=
+        tolerance<T>());
+  const auto per_head = [](index_t h) { return lrpe::rope_neox<T>(8, 1e4 * static_cast<double>(h + 1)); };
+  CHECK(attention_test::multihead_state_error<T>(per_head, reference{}, 2, 3, 8, 9, 6, 0x11AE'0009) <= tolerance<T>());
+}
+
+TEST_CASE("linear: multi-head segments with states: errors name the argument and leave every state as it was") {
+  using T = double;
+  std::vector<T> buf(2 * 3 * 4 * 8, 0.5), obuf(buf.size());
   const auto x = lrpe::bnsh<const T>(buf.data(), 2, 3, 4, 8);
   const auto o = lrpe::bnsh(obuf.data(), 2, 3, 4, 8);
   const lrpe::rope_neox<T> enc(8);
   const lrpe::feature_maps::elu_plus_one phi;
+  const std::string where = "lrpe::linear_attention (multi-head): argument ";
   std::vector<lrpe::linear_attention_state<T>> five(5, lrpe::linear_attention_state<T>(8, 8, 1.0));
   CHECK_THROWS_WITH_AS(lrpe::linear_attention(x, x, x, o, enc, phi, five, lrpe::linear_options{.causal = true}),
-                       "lrpe::linear_attention (multi-head): argument 'states.size()' must equal batch x heads = 6 "
-                       "(state b*heads + h for head (b, h)); got 5",
+                       (where + "'states.size()' must equal batch x heads = 6 (state b*heads + h for head (b, h)); "
+                                "got 5").c_str(),
                        lrpe::shape_error);
+  // Six states, advanced by one segment at positions 10 … 13.
   std::vector<lrpe::linear_attention_state<T>> six(6, lrpe::linear_attention_state<T>(8, 8, 1.0));
+  lrpe::linear_attention(x, x, x, o, enc, phi, six, lrpe::linear_options{.causal = true, .q_positions = 10,
+                                                                          .k_positions = 10});
+  const auto untouched = [&] {
+    for (const auto& st : six) {
+      CHECK(st.count() == 4);
+      CHECK(st.last_position() == 13);
+    }
+  };
+  untouched();
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention(x, x, x, o, enc, phi, six, lrpe::linear_options{.q_positions = 14,
+                                                                                              .k_positions = 14}),
+                       (where + "'options.causal' must be true when states are given; got false").c_str(),
+                       lrpe::parameter_error);
+  // A decay that is not the head's: head 1 of batch entry 0 is state 1; heads 0 and 2 would run.
   const std::vector<double> decays{1.0, 0.9, 1.0};
-  CHECK_THROWS_WITH_AS(
-      lrpe::linear_attention(x, x, x, o, enc, phi, six, lrpe::linear_options{.causal = true, .head_decays = decays}),
-      doctest::Contains("'options.decay'"), lrpe::parameter_error);
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention(x, x, x, o, enc, phi, six,
+                                              lrpe::linear_options{.causal = true, .q_positions = 14, .k_positions = 14,
+                                                                   .head_decays = decays}),
+                       (where + "'states' [1] (head b = 0, h = 1) must have decay() = options.head_decays[h] = "
+                                "0.90000000000000002; got 1").c_str(),  // (decays print exactly)
+                       lrpe::parameter_error);
+  untouched();
+  // A segment that starts before the states' last position.
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention(x, x, x, o, enc, phi, six,
+                                              lrpe::linear_options{.causal = true, .q_positions = 12, .k_positions = 12}),
+                       (where + "'options.q_positions[0]' must be >= states[0].last_position() = 13; got 12").c_str(),
+                       lrpe::parameter_error);
+  untouched();
+  // Widths: state 4 (head b = 1, h = 1) of another feature width.
+  std::vector<lrpe::linear_attention_state<T>> wide(6, lrpe::linear_attention_state<T>(8, 8, 1.0));
+  wide[4] = lrpe::linear_attention_state<T>(16, 8, 1.0);
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention(x, x, x, o, enc, phi, wide, lrpe::linear_options{.causal = true}),
+                       (where + "'states' [4] (head b = 1, h = 1) must be 8x8 (the head's feature_dim x v.dim); "
+                                "got 16x8").c_str(),
+                       lrpe::shape_error);
+  for (const auto& st : wide) CHECK(st.empty());
 }
 
 TEST_CASE("linear: errors name the argument; empty sequences") {

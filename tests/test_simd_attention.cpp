@@ -499,8 +499,8 @@ TEST_CASE_TEMPLATE("simd causal linear attention, a decode loop of one-row segme
   }
 }
 
-TEST_CASE_TEMPLATE("simd multi-head segments with one state per (b, h): prefill then decode steps == one reference call",
-                   T, float, double) {
+TEST_CASE_TEMPLATE("simd multi-head segments, one state per (b, h): prefill then decode steps == one reference call", T,
+                   float, double) {
   // The decode steps' features on the SIMD backend: RoPE and LRPE cosine take direct tables
   // (their angles evaluated once per step for every head, q and k), Type 1 the scalar encoder;
   // the prefill (70 tokens) crosses a chunk. Single thread and a 2-thread pool.
@@ -515,6 +515,16 @@ TEST_CASE_TEMPLATE("simd multi-head segments with one state per (b, h): prefill 
   check(lrpe::rope_neox<T>(32), "rope_neox");
   check(lrpe::encoder{lrpe::p::identity<T>(32), lrpe::lambda::complex_phase<T>(32)}, "LRPE cosine");
   check(lrpe::type1<T>(32), "type1");
+  // Per-head encodings (RoPE of base 10⁴·(h+1)): one position, other θ per head, so the
+  // remembered angles of one head must never serve another.
+  check([](index_t h) { return lrpe::rope_neox<T>(32, 1e4 * static_cast<double>(h + 1)); }, "per-head RoPE bases");
+  // The one-row features of RoPE and LRPE cosine do take the SIMD encoder (direct tables).
+  using cosine = lrpe::encoder<lrpe::p::identity<T>, lrpe::lambda::complex_phase<T>>;
+  static_assert(lrpe::backend::simd_detail::few_rows_simd_v<lrpe::rope_neox<T>> &&
+                lrpe::backend::simd_detail::few_rows_simd_v<cosine> &&
+                !lrpe::backend::simd_detail::few_rows_simd_v<lrpe::type1<T>>);
+  static_assert(lrpe::simd_encoder<lrpe::rope_neox<T>>::path == lrpe::simd_path::vectorised &&
+                lrpe::simd_encoder<cosine>::path == lrpe::simd_path::vectorised);
 }
 
 TEST_CASE_TEMPLATE("simd causal linear self-attention by one-vector chunks, in segments with gaps == reference", T,

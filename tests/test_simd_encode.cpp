@@ -441,14 +441,20 @@ TEST_CASE_TEMPLATE("simd encoder, direct tables: the remembered last row never c
                    float, double) {
   // Direct tables remember the last row of angles per thread (a decode step's q and k of every
   // head share one). Interleaved one-row calls at one position with different θ (bases 10⁴ and
-  // 5·10⁵; a rotary width of 32 of 64: fewer angles), equal θ in another object, and the next
-  // position: each must be its own reference.
+  // 5·10⁵; a rotary width of 32 of 64: fewer angles; a prefix of a's θ), equal θ in another
+  // object, and the next positions: each must be its own reference.
   const lrpe::rope_neox<T> a(64), b(64, 500000.0), c(64, 10000.0, 32), a2(64);
+  // θ of a's first 16 angles only: a call of it after a leaves a's other 16 θ in the memory, so
+  // a key without the count would take a's next call at that position as a hit.
+  const std::vector<double> head16(a.lambda().frequencies().begin(), a.lambda().frequencies().begin() + 16);
+  const lrpe::encoder prefix{lrpe::p::identity<T>(64),
+                             lrpe::lambda::rotation<T>(64, head16, lrpe::pairing::split_half)};
   lrpe::generator g(ref::seed(20261124));
   const auto x = ref::random_rows<T>(1, 64, g.next());
   const auto one = [&](const auto& e, position_t s) {
     lrpe::row_matrix<T> got(1, 64);
-    lrpe::simd_encoder<lrpe::rope_neox<T>>(e, lrpe::position_tables::direct).encode(lrpe::view(x), s, lrpe::view(got));
+    using E = std::remove_cvref_t<decltype(e)>;
+    lrpe::simd_encoder<E>(e, lrpe::position_tables::direct).encode(lrpe::view(x), s, lrpe::view(got));
     return ref::max_abs_diff(got, e.encode(x, lrpe::positions(s)));
   };
   for (position_t s : {position_t{7}, position_t{7}, position_t{8}, position_t{-3}, position_t{1'000'001}}) {
@@ -458,6 +464,8 @@ TEST_CASE_TEMPLATE("simd encoder, direct tables: the remembered last row never c
     CHECK(one(a2, s) <= tol<T>(64));
     CHECK(one(c, s) <= tol<T>(64));
     CHECK(one(a, s + 1) <= tol<T>(64));
+    CHECK(one(prefix, s + 2) <= tol<T>(64));
+    CHECK(one(a, s + 2) <= tol<T>(64));
   }
 }
 

@@ -168,6 +168,57 @@ void softmax_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const h
 
 namespace detail {
 
+/**
+ * The states of a multi-head segment call, all checked before any head runs, so that an error
+ * leaves every state as it was (each head's own call checks its state only as it starts):
+ * batch × heads of them, and state b·heads + h with head h's feature and value widths, decay
+ * and a last position not after the segment's first positions.
+ */
+template <class TQ, class TK, class TV, class T, class Encodings>
+void check_head_states(const heads_view<TQ>& q, const heads_view<TK>& k, const heads_view<TV>& v,
+                       const Encodings& encodings, const linear_options& options,
+                       std::span<linear_attention_state<T>> states, const char* where) {
+  require_shape(static_cast<index_t>(states.size()) == q.batch * q.heads, where, "states.size()",
+                lazy_concat("must equal batch x heads = ", q.batch * q.heads, " (state b*heads + h for head (b, h))"),
+                states.size());
+  require_parameter(options.causal, where, "options.causal", "must be true when states are given", "false");
+  options.q_positions.require_rows(q.seq, where, "options.q_positions");
+  options.k_positions.require_rows(k.seq, where, "options.k_positions");
+  const bool per_head = !options.head_decays.empty();
+  for (index_t h = 0; h < q.heads; ++h) {
+    const auto& encoding = head_encoding(encodings, h, q.heads, where);
+    using E = std::remove_cvref_t<decltype(encoding)>;
+    index_t f = q.dim;
+    if constexpr (!std::is_same_v<E, no_encoding> && is_linearizable_encoding_v<E>) {
+      f = canonical::feature_dim(encoding);
+    }
+    const double lambda = per_head ? options.head_decays[static_cast<std::size_t>(h)] : options.decay;
+    for (index_t b = 0; b < q.batch; ++b) {
+      const index_t i = b * q.heads + h;
+      const linear_attention_state<T>& st = states[static_cast<std::size_t>(i)];
+      require_shape(st.feature_dim() == f && st.value_dim() == v.dim, where, "states",
+                    lazy_concat("[", i, "] (head b = ", b, ", h = ", h, ") must be ", f, "x", v.dim,
+                                " (the head's feature_dim x v.dim)"),
+                    lazy_concat(st.feature_dim(), "x", st.value_dim()));
+      require_parameter(st.decay() == lambda, where, "states",
+                        lazy_concat("[", i, "] (head b = ", b, ", h = ", h, ") must have decay() = ",
+                                    per_head ? "options.head_decays[h] = " : "options.decay = ", lambda),
+                        st.decay());
+      if (st.empty()) continue;
+      if (q.seq > 0) {
+        require_parameter(options.q_positions[0] >= st.last_position(), where, "options.q_positions[0]",
+                          lazy_concat("must be >= states[", i, "].last_position() = ", st.last_position()),
+                          options.q_positions[0]);
+      }
+      if (k.seq > 0) {
+        require_parameter(options.k_positions[0] >= st.last_position(), where, "options.k_positions[0]",
+                          lazy_concat("must be >= states[", i, "].last_position() = ", st.last_position()),
+                          options.k_positions[0]);
+      }
+    }
+  }
+}
+
 /// The multi-head linear entry points; `states` null (no state) or batch × heads of them.
 template <class TQ, class TK, class TV, class T, class Encodings, class Phi, class Backend>
 void linear_attention_heads(const heads_view<TQ>& q, const heads_view<TK>& k, const heads_view<TV>& v,
@@ -187,11 +238,7 @@ void linear_attention_heads(const heads_view<TQ>& q, const heads_view<TK>& k, co
     require_size(static_cast<index_t>(options.head_decays.size()), q.heads, where, "options.head_decays");
     for (double lambda : options.head_decays) require_decay(lambda, where, "options.head_decays[h]");
   }
-  if (states != nullptr) {
-    require_shape(static_cast<index_t>(states->size()) == q.batch * q.heads, where, "states.size()",
-                  lazy_concat("must equal batch x heads = ", q.batch * q.heads, " (state b*heads + h for head (b, h))"),
-                  states->size());
-  }
+  if (states != nullptr) check_head_states(q, k, v, encodings, options, *states, where);
   // (b, h) pairs, h-major; a backend may run them on several threads (backend::for_each_head)
   for_each_head(backend, q.heads * q.batch, [&](index_t item, const auto& head_backend) {
     const index_t h = item / q.batch, b = item % q.batch;
@@ -231,8 +278,11 @@ void linear_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const he
  * steps (one token per call: `seq` = 1, `q_positions = k_positions = t`) over any split give
  * the one-call result. `states.size()` must be batch × heads, and state (b, h) must have the
  * head's decay (`options.head_decays[h]`, or `options.decay`) and dimensions d_f × d_v.
+ * Every state is checked before any head runs: on an error all of them are left as they were.
  * On the SIMD backend a decode step's features share one evaluation of the angles across the
- * heads (docs/backends.md, direct tables).
+ * heads run by one thread (docs/backends.md, direct tables).
+ * @throws shape_error (`states.size()`, a state's widths), parameter_error (`options.causal`
+ * false, a state's decay, positions before a state's last position), and the single-head errors.
  */
 template <class TQ, class TK, class TV, class T, class Encodings, class Phi, class Backend = backend::reference>
 void linear_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const heads_view<TV>& v,

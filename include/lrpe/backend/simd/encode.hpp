@@ -58,8 +58,8 @@ enum class simd_path {
 };
 
 /// How a `simd_encoder` fills the per-position cos/sin tables of rotation and complex-phase
-/// Λ in float (double always takes `direct`). The features are the same within float rounding
-/// either way (sincos.hpp).
+/// Λ (double tables never step; `direct` also remembers the last row per thread). The features
+/// are the same within float rounding either way (sincos.hpp).
 enum class position_tables {
   /// cos/sin(j·θ_k) for runs of 64 positions tabulated at construction (~4 µs at 32 angles),
   /// then one complex product per extra position of a run: for calls of many rows.
@@ -129,7 +129,8 @@ class simd_encoder {
   /// Which path this encoder takes (compile time; `row_fft` still checks d at run time).
   static constexpr simd_path path = backend::simd_detail::choose_path<p_type, lambda_type, Arch>();
 
-  /// `tables`: see `position_tables` (the default suits calls of 64 rows or more).
+  /// `tables`: see `position_tables` (the default suits calls of many rows; linear attention
+  /// takes `direct` below 8).
   explicit simd_encoder(const E& enc, position_tables tables = position_tables::stepped) : enc_(&enc) {
     if constexpr (path == simd_path::vectorised || path == simd_path::lambda_vectorised) {
       pk_.emplace(enc.p());

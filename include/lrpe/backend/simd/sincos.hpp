@@ -70,6 +70,9 @@ struct last_cos_sin {
   double theta[max_count], c[max_count], sn[max_count];
 };
 
+/// One per thread and per arch: a program with runtime dispatch runs several archs, whose
+/// sincos (with FMA or without) may round differently.
+template <class Arch>
 inline last_cos_sin& thread_last_cos_sin() noexcept {
   thread_local last_cos_sin last;
   return last;
@@ -77,14 +80,15 @@ inline last_cos_sin& thread_last_cos_sin() noexcept {
 
 /**
  * `angle_cos_sin` remembering the last row per thread. A decode step encodes q and k of every
- * head at one position with the same θ: 2·heads rows, one evaluation, the others copies. The
- * key is (s, count, the bits of every θ_k) — the arguments of a pure function, never an
- * address — so a hit returns exactly what the evaluation would; a miss costs a compare and a
- * copy of `count` doubles. Counts above `last_cos_sin::max_count` are not remembered.
+ * head at one position with the same θ: 2·heads rows, one evaluation, the others copies (on
+ * one thread; a pool's workers each keep their own). The key is (s, count, the bits of every
+ * θ_k) — the arguments of a pure function, never an address — so a hit returns exactly what
+ * this arch's evaluation would. A hit costs the compare and two copies of `count` doubles, a
+ * miss the evaluation and three. Counts above `last_cos_sin::max_count` are not remembered.
  */
 template <class Arch>
 inline void angle_cos_sin_memo(position_t s, const double* theta, index_t count, double* c, double* sn) noexcept {
-  last_cos_sin& m = thread_last_cos_sin();
+  last_cos_sin& m = thread_last_cos_sin<Arch>();
   if (count > last_cos_sin::max_count) return angle_cos_sin<Arch>(s, theta, count, c, sn);
   const auto bytes = static_cast<std::size_t>(count) * sizeof(double);
   if (m.count != count || m.s != s || std::memcmp(m.theta, theta, bytes) != 0) {
