@@ -342,8 +342,8 @@ TEST_CASE("linear: multi-head segments with states: errors name the argument and
   CHECK_THROWS_WITH_AS(lrpe::linear_attention(x, x, x, o, enc, phi, six,
                                               lrpe::linear_options{.causal = true, .q_positions = 14, .k_positions = 14,
                                                                    .head_decays = decays}),
-                       (where + "'states' [1] (head b = 0, h = 1) must have decay() = options.head_decays[h] = "
-                                "0.90000000000000002; got 1").c_str(),  // (decays print exactly)
+                       (where + "'states' [1] (head b = 0, h = 1) must have decay() = options.head_decays[h] = 0.9; "
+                                "got 1").c_str(),
                        lrpe::parameter_error);
   untouched();
   // A segment that starts before the states' last position.

@@ -19,10 +19,13 @@
 
 #include <lrpe/core/config.hpp>
 
+#include <charconv>
+#include <ostream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 namespace lrpe {
@@ -58,11 +61,23 @@ class domain_error : public std::domain_error, public error {
 
 namespace detail {
 
+/// Writes one part of a message: floating-point values in their shortest form that reads back
+/// to the same value (`std::to_chars`: 0.9, not 0.90000000000000002), the rest by `<<`.
+template <class A>
+void put_part(std::ostream& os, A const& a) {
+  if constexpr (std::is_floating_point_v<A>) {
+    char buf[64];
+    const auto r = std::to_chars(buf, buf + sizeof buf, a);
+    os.write(buf, r.ptr - buf);
+  } else {
+    os << a;
+  }
+}
+
 template <class... Args>
 [[nodiscard]] std::string concat(Args const&... args) {
   std::ostringstream os;
-  os.precision(17);
-  (os << ... << args);
+  (put_part(os, args), ...);
   return os.str();
 }
 
@@ -78,7 +93,7 @@ struct lazy_message {
   std::tuple<Args const&...> parts;
 
   friend std::ostream& operator<<(std::ostream& os, const lazy_message& m) {
-    std::apply([&os](auto const&... a) { (os << ... << a); }, m.parts);
+    std::apply([&os](auto const&... a) { (put_part(os, a), ...); }, m.parts);
     return os;
   }
 };
