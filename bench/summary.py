@@ -157,6 +157,12 @@ def main():
         if dec_mh is not None:
             print(f"decode, same, one multi-head call per token (a state per head): {fmt_r(per_token(dec_mh))} us "
                   f"per token (x{fmt_r(ratio(dec_ref, dec_mh))} of append + query)")
+        for peer in ("linear_decode_eager", "linear_decode_compiled"):
+            sec = torch_recs.get((peer, 64, 1))
+            if sec is not None:
+                best = min(x for x in (dec_simd, dec_mh) if x is not None)
+                print(f"decode, same, PyTorch {peer.removeprefix('linear_decode_')}: {fmt_r(per_token(sec))} us per token "
+                      f"(x{fmt_r(ratio(sec, best))} of the faster SIMD decode)")
     for name, label in (("softmax_simd_rope/4096", "softmax causal with RoPE"),
                         ("softmax_simd_alibi/4096", "softmax causal with ALiBi")):
         if t(name) is not None:

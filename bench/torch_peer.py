@@ -8,7 +8,11 @@ n in {512, 2048, 4096, 8192}, 1 and 2 threads) in PyTorch on the CPU.
 - linear attention: non-causal (K^T V then Q S) and chunked causal (chunk 64: intra-chunk
   masked QK^T V plus the inter-chunk state), identity feature map, no normalisation — the same
   computation as the C++ `linear_simd` benchmark; and at n = 4096, 1 thread, end to end with
-  1+elu features and RoPE on them (`linear_causal_rope`, as the C++ `linear_simd_rope`).
+  1+elu features and RoPE on them (`linear_causal_rope`, as the C++ `linear_simd_rope`);
+- decode: 64 one-token steps of causal linear attention with a state per head (1+elu, RoPE at
+  the token's position, decay 0.99: S <- 0.99 S + k^T v, o = q S), batched over the 8 heads, as
+  the C++ `linear_decode` benchmark; eager (`linear_decode_eager`) and through torch.compile
+  (`linear_decode_compiled`, skipped if it fails; it needs a C++ compiler).
 
 Bench-only: torch is never a dependency of the library or its tests. Install it into a venv
 under build/ (e.g. `python3 -m venv build/venv && build/venv/bin/pip install torch`).
@@ -88,6 +92,25 @@ def linear_causal_rope(q, k, v, cos, sin, chunk=64):
     return linear_causal_chunked(q, k, v, chunk)
 
 
+def decode_step(q, k, v, s, cos, sin, decay):
+    """One token of causal linear attention for every head: q, k, v (1, H, 1, D), state s (1, H, D, D)."""
+    q, k = rope(F.elu(q) + 1, F.elu(k) + 1, cos, sin)
+    s = s * decay + k.transpose(-1, -2) @ v
+    return q @ s, s
+
+
+def decode_tokens(step, tokens=64, decay=0.99):
+    """A callable that runs `tokens` decode steps (state carried across calls, like the C++ bench)."""
+    q, k, v = (torch.randn(1, H, tokens, 1, D) for _ in range(3))
+    cos, sin = rope_cache(tokens, D)
+    box = [torch.zeros(1, H, D, D)]
+
+    def run():
+        for t in range(tokens):
+            _, box[0] = step(q[:, :, t], k[:, :, t], v[:, :, t], box[0], cos[t], sin[t], decay)
+    return run
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="build/torch_peer.json")
@@ -118,6 +141,20 @@ def main():
                     t = timed(fn, args.reps if n <= 4096 else max(1, args.reps // 2))
                 records.append({"kernel": name, "n": n, "threads": threads, "seconds": t})
                 print(f"{name:16s} n={n:5d} threads={threads}: {t * 1e3:9.2f} ms", flush=True)
+    torch.set_num_threads(1)
+    decoders = {"linear_decode_eager": decode_step}
+    try:
+        compiled = torch.compile(decode_step, dynamic=False)
+        with torch.no_grad():
+            decode_tokens(compiled)()  # compiles here, outside the timing
+        decoders["linear_decode_compiled"] = compiled
+    except Exception as e:  # no compiler, no inductor: the eager figure stands alone
+        print(f"torch.compile unavailable for the decode step: {type(e).__name__}: {e}")
+    for name, step in decoders.items():
+        with torch.no_grad():
+            t = timed(decode_tokens(step), args.reps)
+        records.append({"kernel": name, "n": 64, "threads": 1, "seconds": t})
+        print(f"{name:16s} 64 tokens threads=1: {t * 1e6 / 64:9.2f} us per token", flush=True)
     with open(args.out, "w") as f:
         json.dump({"torch_version": torch.__version__, "records": records}, f, indent=1)
 
