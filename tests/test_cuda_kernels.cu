@@ -117,6 +117,16 @@ double rel_error(const std::vector<double>& got, const std::vector<double>& ref)
   return std::sqrt(num / std::max(den, 1e-300));
 }
 
+/// CHECKs rel_error(got, ref) <= bound and prints the measured error (the GPU checklist records
+/// them: docs/cuda.md), one line per comparison: "[lrpe-error] <what> <dtype>: <err> (bound <b>)".
+template <class T>
+void check_rel_error(const std::vector<double>& got, const std::vector<double>& ref, double bound, const char* what,
+                     const char* part) {
+  const double err = rel_error(got, ref);
+  std::printf("[lrpe-error] %s, %s, %s: %.3e (bound %.1e)\n", what, part, cu::storage_name<T>(), err, bound);
+  CHECK(err <= bound);
+}
+
 std::vector<position_t> increasing_positions(index_t n, position_t start, std::mt19937_64& rng) {
   std::vector<position_t> p(static_cast<std::size_t>(n));
   std::uniform_int_distribution<int> step(0, 3);  // repeats allowed (packed documents)
@@ -152,13 +162,13 @@ void check_encoder(const E& e, const char* name, cu::angle_mode angles = cu::ang
   };
   const auto q_ref = reference(q, [&](index_t s) { return q_offset + s; }, n);
   const auto k_ref = reference(k, [&](index_t s) { return kpos[static_cast<std::size_t>(s)]; }, n + 5);
-  CHECK(rel_error(qo.download(), q_ref) <= encode_bound<T>());
-  CHECK(rel_error(ko.download(), k_ref) <= encode_bound<T>());
+  check_rel_error<T>(qo.download(), q_ref, encode_bound<T>(), name, "q");
+  check_rel_error<T>(ko.download(), k_ref, encode_bound<T>(), name, "k");
 
   if constexpr (!E::is_complex) {  // in place: out = in
     cu::encode<T>(de, q.cview(), cu::offset_positions(q_offset), q.view());
     LRPE_CUDA_CHECK(cudaDeviceSynchronize());
-    CHECK(rel_error(q.download(), q_ref) <= encode_bound<T>());
+    check_rel_error<T>(q.download(), q_ref, encode_bound<T>(), name, "q in place");
   }
 }
 
@@ -240,7 +250,8 @@ TEST_CASE_TEMPLATE("cuda: fused Q/K encoder == CPU encoder (every preset)", T, f
 namespace {
 
 template <class T, class Cpu, class Gpu>
-void compare_attention(tensor<T>& q, tensor<T>& k, tensor<T>& v, Cpu cpu_head, Gpu gpu, const char* name) {
+void compare_attention(tensor<T>& q, tensor<T>& k, tensor<T>& v, Cpu cpu_head, Gpu gpu, const char* name,
+                       const std::string& config) {
   CAPTURE(name);
   CAPTURE(cu::storage_name<T>());
   tensor<T> out(q.batch, q.seq, q.heads, v.dim);
@@ -253,7 +264,7 @@ void compare_attention(tensor<T>& q, tensor<T>& k, tensor<T>& v, Cpu cpu_head, G
       cpu_head(h, q.head(b, h), k.head(b, h), v.head(b, h), o);
     }
   }
-  CHECK(rel_error(out.download(), ref) <= attention_bound<T>());
+  check_rel_error<T>(out.download(), ref, attention_bound<T>(), name, config.c_str());
 }
 
 template <class T>
@@ -264,6 +275,7 @@ void check_softmax() {
     for (const index_t nq : {index_t{70}, index_t{10}}) {  // 10: new queries over a KV cache
       CAPTURE(causal);
       CAPTURE(nq);
+      const std::string config = "causal " + std::to_string(causal) + ", nq " + std::to_string(nq);
       tensor<T> q(b, nq, h, d, rng), k(b, nk, h, d, rng), v(b, nk, h, d, rng);
       const position_t q_off = nk - nq;
       lrpe::softmax_options<> cpu_opt{.causal = causal, .q_positions = q_off, .k_positions = 0};
@@ -283,7 +295,7 @@ void check_softmax() {
                 cu::softmax_attention<T>(q.cview(), k.cview(), v.cview(), out.view(), *de, nullptr, gpu_opt);
               }
             },
-            name);
+            name, config);
       };
       with_encoder(lrpe::no_encoding{}, "no encoding");
       with_encoder(lrpe::type1<double>(d), "type1");
@@ -301,7 +313,7 @@ void check_softmax() {
             [&](tensor<T>& out) {
               cu::softmax_attention<T>(q.cview(), k.cview(), v.cview(), out.view(), lrpe::no_encoding{}, &db, gpu_opt);
             },
-            name);
+            name, config);
       };
       with_bias(lrpe::canonical::alibi<double>::for_heads(d, h), "alibi");
       with_bias(lrpe::canonical::alibi<double>::for_heads(d, h, lrpe::canonical::alibi_form::symmetric), "alibi symmetric");
@@ -325,6 +337,7 @@ void check_linear() {
     cu::device_buffer<position_t> pos_dev(pos);
     for (const auto norm : {lrpe::normalisation::none, lrpe::normalisation::denominator}) {
       CAPTURE(static_cast<int>(norm));
+      const std::string config = "causal " + std::to_string(causal) + ", norm " + std::to_string(static_cast<int>(norm));
       auto run = [&](const auto& enc, auto phi, const char* name) {
         cu::linear_options gpu_opt;
         gpu_opt.causal = causal;
@@ -352,7 +365,7 @@ void check_linear() {
                 cu::linear_attention<T>(q.cview(), k.cview(), v.cview(), out.view(), *de, phi, gpu_opt);
               }
             },
-            name);
+            name, config);
       };
       run(lrpe::no_encoding{}, lrpe::feature_maps::elu_plus_one{}, "no encoding, 1+elu");
       if (norm == lrpe::normalisation::none) {  // with LRPE den can be ≤ 0: the CPU contract, not compared
