@@ -66,35 +66,65 @@ cu::device_buffer<T> random_buffer(std::size_t n, std::uint64_t seed) {
   return b;
 }
 
-/// CUDA events around one launch per benchmark iteration; returns the median in ms (0 if skipped).
-template <class Launch>
-double time_events(benchmark::State& state, Launch&& launch) {
-  for (int i = 0; i < warmup_launches; ++i) launch();
-  LRPE_CUDA_CHECK(cudaDeviceSynchronize());
-  cudaEvent_t start{}, stop{};
-  LRPE_CUDA_CHECK(cudaEventCreate(&start));
-  LRPE_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<double> ms;
-  for (auto _ : state) {
-    LRPE_CUDA_CHECK(cudaEventRecord(start));
-    launch();
-    LRPE_CUDA_CHECK(cudaEventRecord(stop));
-    LRPE_CUDA_CHECK(cudaEventSynchronize(stop));
-    float t = 0;
-    LRPE_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    state.SetIterationTime(static_cast<double>(t) * 1e-3);
-    ms.push_back(t);
+/// A pair of CUDA events that times one launch at a time.
+class event_timer {
+ public:
+  event_timer() {
+    LRPE_CUDA_CHECK(cudaEventCreate(&start_));
+    LRPE_CUDA_CHECK(cudaEventCreate(&stop_));
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  if (ms.empty()) return 0;
-  std::nth_element(ms.begin(), ms.begin() + static_cast<std::ptrdiff_t>(ms.size() / 2), ms.end());
-  const double median = ms[ms.size() / 2];
-  state.counters["median_ms"] = median;
-  return median;
+  event_timer(const event_timer&) = delete;
+  event_timer& operator=(const event_timer&) = delete;
+  ~event_timer() {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+  /// Milliseconds of `launch()` on the default stream.
+  template <class Launch>
+  double time(Launch&& launch) {
+    LRPE_CUDA_CHECK(cudaEventRecord(start_));
+    launch();
+    LRPE_CUDA_CHECK(cudaEventRecord(stop_));
+    LRPE_CUDA_CHECK(cudaEventSynchronize(stop_));
+    float ms = 0;
+    LRPE_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    return ms;
+  }
+
+ private:
+  cudaEvent_t start_{}, stop_{};
+};
+
+double median(std::vector<double> x) {
+  if (x.empty()) return 0;
+  std::nth_element(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(x.size() / 2), x.end());
+  return x[x.size() / 2];
 }
 
-/// Device-to-device copy of 1 GiB, read + write bytes per second (the encoders' ceiling).
+template <class Launch>
+void warm_up(Launch&& launch) {
+  for (int i = 0; i < warmup_launches; ++i) launch();
+  LRPE_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+/// One launch per benchmark iteration, timed by CUDA events; the median in ms (0 if skipped).
+template <class Launch>
+double time_events(benchmark::State& state, Launch&& launch) {
+  warm_up(launch);
+  event_timer timer;
+  std::vector<double> ms;
+  for (auto _ : state) {
+    ms.push_back(timer.time(launch));
+    state.SetIterationTime(ms.back() * 1e-3);
+  }
+  const double m = median(ms);
+  state.counters["median_ms"] = m;
+  return m;
+}
+
+/// Device-to-device copy of 1 GiB, read + write bytes per second (the encoders' ceiling);
+/// timed as a benchmark (`state`) or, when an encoder benchmark ran without the anchor (a
+/// filter), here with the same warm-up and count.
 double measure_copy_gbps(benchmark::State* state) {
   constexpr std::size_t bytes = std::size_t{1} << 30;
   const auto src = random_buffer<float>(bytes / sizeof(float), 1);
@@ -103,24 +133,12 @@ double measure_copy_gbps(benchmark::State* state) {
   double ms = 0;
   if (state != nullptr) {
     ms = time_events(*state, copy);
-  } else {  // an encoder benchmark ran without the anchor (a filter): measure it here, untimed
-    std::vector<float> t;
-    cudaEvent_t a{}, b{};
-    LRPE_CUDA_CHECK(cudaEventCreate(&a));
-    LRPE_CUDA_CHECK(cudaEventCreate(&b));
-    for (int i = 0; i < warmup_launches + timed_iterations; ++i) {
-      LRPE_CUDA_CHECK(cudaEventRecord(a));
-      copy();
-      LRPE_CUDA_CHECK(cudaEventRecord(b));
-      LRPE_CUDA_CHECK(cudaEventSynchronize(b));
-      float x = 0;
-      LRPE_CUDA_CHECK(cudaEventElapsedTime(&x, a, b));
-      if (i >= warmup_launches) t.push_back(x);
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
-    ms = t[t.size() / 2];
+  } else {
+    warm_up(copy);
+    event_timer timer;
+    std::vector<double> t;
+    for (int i = 0; i < timed_iterations; ++i) t.push_back(timer.time(copy));
+    ms = median(t);
   }
   return 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
 }
