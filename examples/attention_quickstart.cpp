@@ -84,5 +84,28 @@ int main() {
   bool finite = true;
   for (T x : os) finite = finite && std::isfinite(x);
   expect(finite, "multi-head BSNH linear attention with per-head decay");
+
+  // [gqa]
+  // grouped-query attention: 4 query heads share 2 K/V heads (query head h reads K/V head h / 2)
+  const lrpe::index_t kv_heads = 2;
+  std::vector<T> kg(batch * n * kv_heads * hd), vg(kg.size()), og(qs.size());
+  for (std::size_t i = 0; i < kg.size(); ++i) kg[i] = vg[i] = 0.01f * static_cast<T>(i % 97);
+  lrpe::softmax_attention(lrpe::bsnh(qs.data(), batch, n, heads, hd), lrpe::bsnh(kg.data(), batch, n, kv_heads, hd),
+                          lrpe::bsnh(vg.data(), batch, n, kv_heads, hd), lrpe::bsnh(og.data(), batch, n, heads, hd),
+                          lrpe::rope_neox<T>(hd), lrpe::softmax_options<>{.causal = true});
+  // [gqa]
+  // the same as K and V repeated to every query head
+  std::vector<T> kr(qs.size()), vr(qs.size()), orep(qs.size());
+  for (lrpe::index_t b = 0; b < batch; ++b)
+    for (lrpe::index_t s = 0; s < n; ++s)
+      for (lrpe::index_t h = 0; h < heads; ++h)
+        for (lrpe::index_t i = 0; i < hd; ++i) {
+          kr[((b * n + s) * heads + h) * hd + i] = kg[((b * n + s) * kv_heads + h / 2) * hd + i];
+          vr[((b * n + s) * heads + h) * hd + i] = vg[((b * n + s) * kv_heads + h / 2) * hd + i];
+        }
+  lrpe::softmax_attention(lrpe::bsnh(qs.data(), batch, n, heads, hd), lrpe::bsnh(kr.data(), batch, n, heads, hd),
+                          lrpe::bsnh(vr.data(), batch, n, heads, hd), lrpe::bsnh(orep.data(), batch, n, heads, hd),
+                          lrpe::rope_neox<T>(hd), lrpe::softmax_options<>{.causal = true});
+  expect(og == orep, "grouped-query attention == K and V repeated to every head");
   return failures == 0 ? 0 : 1;
 }

@@ -136,4 +136,44 @@ double multihead_state_error(const Encodings& encodings, const Backend& backend,
   return worst;
 }
 
+/**
+ * Grouped-query attention against its definition, K and V repeated to every query head (HF's
+ * `repeat_kv`: K/V head h / group serves query head h). `run(q, k, v, out)` (heads_views) is
+ * called twice on the same random data: with K and V of H / group heads, then with them
+ * repeated to H heads. Returns max |a − b| over the two outputs (∞ if an entry is not finite):
+ * 0 expected, each query head doing the same arithmetic on the same values.
+ */
+template <class T, class Run>
+double gqa_vs_repeated_kv(std::uint64_t seed, lrpe::index_t batch, lrpe::index_t heads, lrpe::index_t group,
+                          lrpe::index_t n, lrpe::index_t d, bool bsnh, Run&& run) {
+  using lrpe::index_t;
+  REQUIRE(heads % group == 0);
+  const index_t kv_heads = heads / group;
+  lrpe::generator g(seed);
+  std::vector<T> q(static_cast<std::size_t>(batch * heads * n * d)), k(static_cast<std::size_t>(batch * kv_heads * n * d)),
+      v(k.size());
+  for (auto* buf : {&q, &k, &v})
+    for (auto& x : *buf) x = static_cast<T>(0.7 * g.normal());
+  const auto view = [&](std::vector<T>& buf, index_t h) {
+    return bsnh ? lrpe::bsnh(buf.data(), batch, n, h, d) : lrpe::bnsh(buf.data(), batch, h, n, d);
+  };
+  std::vector<T> k_rep(q.size()), v_rep(q.size());
+  for (index_t b = 0; b < batch; ++b)
+    for (index_t h = 0; h < heads; ++h)
+      for (index_t s = 0; s < n; ++s)
+        for (index_t i = 0; i < d; ++i) {
+          view(k_rep, heads).head(b, h).row(s)[i] = view(k, kv_heads).head(b, h / group).row(s)[i];
+          view(v_rep, heads).head(b, h).row(s)[i] = view(v, kv_heads).head(b, h / group).row(s)[i];
+        }
+  std::vector<T> out(q.size(), T(NAN)), out_rep(q.size(), T(NAN));
+  run(view(q, heads), view(k, kv_heads), view(v, kv_heads), view(out, heads));
+  run(view(q, heads), view(k_rep, heads), view(v_rep, heads), view(out_rep, heads));
+  double worst = 0;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (!std::isfinite(static_cast<double>(out[i])) || !std::isfinite(static_cast<double>(out_rep[i]))) return INFINITY;
+    worst = std::max(worst, static_cast<double>(std::abs(out[i] - out_rep[i])));
+  }
+  return worst;
+}
+
 }  // namespace attention_test

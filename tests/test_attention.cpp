@@ -433,6 +433,27 @@ TEST_CASE_TEMPLATE("softmax: BNSH and BSNH views equal contiguous per-head calls
   }
 }
 
+TEST_CASE_TEMPLATE("softmax: grouped-query attention equals K and V repeated to every head (repeat_kv)", T, float,
+                   double) {
+  // 6 query heads over 3, 2 or 1 K/V heads (group 2, 3 and multi-query), BNSH and BSNH, causal
+  // with a KV-cache offset, per-head encodings (each query head its own RoPE base) and ALiBi
+  const index_t B = 2, H = 6, N = 13, D = 8;
+  const auto rope_of = [](index_t h) { return lrpe::rope_neox<T>(D, 1e4 / static_cast<double>(h + 1)); };
+  const auto alibi = lrpe::canonical::alibi<T>::for_heads(D, H);
+  const lrpe::softmax_options<> opt{.causal = true, .q_positions = 3, .k_positions = 0, .tile = 5};
+  for (const index_t group : {index_t{2}, index_t{3}, index_t{6}})
+    for (const bool bsnh : {false, true}) {
+      CAPTURE(group);
+      CAPTURE(bsnh);
+      CHECK(attention_test::gqa_vs_repeated_kv<T>(0xA77E'0009, B, H, group, N, D, bsnh, [&](auto q, auto k, auto v, auto o) {
+              lrpe::softmax_attention(q, k, v, o, rope_of, opt);
+            }) == 0);
+      CHECK(attention_test::gqa_vs_repeated_kv<T>(0xA77E'000A, B, H, group, N, D, bsnh, [&](auto q, auto k, auto v, auto o) {
+              lrpe::softmax_attention(q, k, v, o, alibi, opt);
+            }) == 0);
+    }
+}
+
 TEST_CASE("softmax: errors name the argument") {
   using T = double;
   const rm<T> q = rm<T>::Ones(4, 8), k = rm<T>::Ones(5, 8), v = rm<T>::Ones(5, 3);
@@ -464,6 +485,18 @@ TEST_CASE("softmax: errors name the argument") {
   CHECK_THROWS_WITH_AS(lrpe::softmax_attention(lrpe::bnsh(buf.data(), 2, 3, 4, 8), lrpe::bnsh(buf.data(), 2, 2, 4, 8),
                                                lrpe::bnsh(buf.data(), 2, 3, 4, 8), lrpe::bnsh(obuf.data(), 2, 3, 4, 8), enc),
                        doctest::Contains("'k'"), lrpe::shape_error);
+  // grouped K/V: heads must divide q's, and v must have k's heads
+  const std::string mh = "lrpe::softmax_attention (multi-head): argument ";
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention(lrpe::bnsh(buf.data(), 1, 6, 4, 8), lrpe::bnsh(buf.data(), 1, 4, 4, 8),
+                                               lrpe::bnsh(buf.data(), 1, 4, 4, 8), lrpe::bnsh(obuf.data(), 1, 6, 4, 8), enc),
+                       (mh + "'k' must have batch = 1 and heads = 6 or a divisor of it (grouped-query attention); "
+                             "got batch 1, heads 4").c_str(),
+                       lrpe::shape_error);
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention(lrpe::bnsh(buf.data(), 1, 6, 4, 8), lrpe::bnsh(buf.data(), 1, 2, 4, 8),
+                                               lrpe::bnsh(buf.data(), 1, 3, 4, 8), lrpe::bnsh(obuf.data(), 1, 6, 4, 8), enc),
+                       doctest::Contains("'v' must have batch x heads = 1x2"), lrpe::shape_error);
+  CHECK_NOTHROW(lrpe::softmax_attention(lrpe::bnsh(buf.data(), 1, 6, 4, 8), lrpe::bnsh(buf.data(), 1, 2, 4, 8),
+                                        lrpe::bnsh(buf.data(), 1, 2, 4, 8), lrpe::bnsh(obuf.data(), 1, 6, 4, 8), enc));
   try {
     lrpe::softmax_attention(q, k6, v, out, enc);
   } catch (const lrpe::error& e) {

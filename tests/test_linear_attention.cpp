@@ -309,6 +309,49 @@ TEST_CASE_TEMPLATE("linear: multi-head segments with one state per (b, h): prefi
   CHECK(attention_test::multihead_state_error<T>(per_head, reference{}, 2, 3, 8, 9, 6, 0x11AE'0009) <= tolerance<T>());
 }
 
+/// Rows [s0, s0 + m) of every (b, h) of a multi-head view.
+template <class T>
+lrpe::heads_view<T> seq_rows(lrpe::heads_view<T> x, index_t s0, index_t m) {
+  x.data += s0 * x.seq_stride;
+  x.seq = m;
+  return x;
+}
+
+TEST_CASE_TEMPLATE("linear: grouped-query attention equals K and V repeated to every head (repeat_kv)", T, float,
+                   double) {
+  // 6 query heads over 3, 2 or 1 K/V heads; per-head encodings and decays; non-causal, causal,
+  // and with one state per query head: a prefill, then one-token decode steps
+  const index_t B = 2, H = 6, N = 14, D = 8, prompt = 9;
+  const auto enc_of = [](index_t h) { return lrpe::type1<T>(D, 40 + static_cast<std::uint64_t>(h)); };
+  std::vector<double> decays(static_cast<std::size_t>(H));
+  for (index_t h = 0; h < H; ++h) decays[static_cast<std::size_t>(h)] = 1.0 - 0.07 * static_cast<double>(h);
+  const lrpe::feature_maps::elu_plus_one phi;
+  for (const index_t group : {index_t{2}, index_t{3}, index_t{6}})
+    for (const bool bsnh : {false, true}) {
+      CAPTURE(group);
+      CAPTURE(bsnh);
+      CHECK(attention_test::gqa_vs_repeated_kv<T>(0x11AE'000A, B, H, group, N, D, bsnh, [&](auto q, auto k, auto v, auto o) {
+              lrpe::linear_attention(q, k, v, o, enc_of, phi, lrpe::linear_options{.norm = lrpe::normalisation::denominator});
+            }) == 0);
+      CHECK(attention_test::gqa_vs_repeated_kv<T>(0x11AE'000B, B, H, group, N, D, bsnh, [&](auto q, auto k, auto v, auto o) {
+              lrpe::linear_attention(q, k, v, o, enc_of, phi, lrpe::linear_options{.causal = true, .chunk = 4, .head_decays = decays});
+            }) == 0);
+      CHECK(attention_test::gqa_vs_repeated_kv<T>(0x11AE'000C, B, H, group, N, D, bsnh, [&](auto q, auto k, auto v, auto o) {
+              std::vector<lrpe::linear_attention_state<T>> states;
+              for (index_t b = 0; b < B; ++b)
+                for (index_t h = 0; h < H; ++h) states.emplace_back(D, D, decays[static_cast<std::size_t>(h)]);
+              lrpe::linear_attention(seq_rows(q, 0, prompt), seq_rows(k, 0, prompt), seq_rows(v, 0, prompt),
+                                     seq_rows(o, 0, prompt), enc_of, phi, states,
+                                     lrpe::linear_options{.causal = true, .head_decays = decays});
+              for (index_t t = prompt; t < N; ++t)
+                lrpe::linear_attention(seq_rows(q, t, 1), seq_rows(k, t, 1), seq_rows(v, t, 1), seq_rows(o, t, 1), enc_of,
+                                       phi, states,
+                                       lrpe::linear_options{.causal = true, .q_positions = t, .k_positions = t,
+                                                            .head_decays = decays});
+            }) == 0);
+    }
+}
+
 TEST_CASE("linear: multi-head segments with states: errors name the argument and leave every state as it was") {
   using T = double;
   std::vector<T> buf(2 * 3 * 4 * 8, 0.5), obuf(buf.size());
@@ -352,6 +395,24 @@ TEST_CASE("linear: multi-head segments with states: errors name the argument and
                        (where + "'options.q_positions[0]' must be >= states[0].last_position() = 13; got 12").c_str(),
                        lrpe::parameter_error);
   untouched();
+  // options.decay itself: a domain_error naming it, not a mismatch with the states' decays.
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention(x, x, x, o, enc, phi, six,
+                                              lrpe::linear_options{.causal = true, .decay = NAN, .q_positions = 14,
+                                                                   .k_positions = 14}),
+                       doctest::Contains((where + "'options.decay' must be in (0, 1]").c_str()), lrpe::domain_error);
+  untouched();
+  // Per-head encoders: head 2's is 4 wide (its 8 features fit its state, its dim does not fit
+  // q's 8). Caught before head 0 runs: every state stays empty.
+  using cosine = lrpe::encoder<lrpe::p::identity<T>, lrpe::lambda::complex_phase<T>>;
+  const auto cosine_of = [](lrpe::index_t h) {
+    const lrpe::index_t dh = h == 2 ? 4 : 8;
+    return cosine(lrpe::p::identity<T>(dh), lrpe::lambda::complex_phase<T>(dh));
+  };
+  std::vector<lrpe::linear_attention_state<T>> per_head;
+  for (lrpe::index_t i = 0; i < 6; ++i) per_head.emplace_back(cosine_of(i % 3).feature_dim(), 8, 1.0);
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention(x, x, x, o, cosine_of, phi, per_head, lrpe::linear_options{.causal = true}),
+                       (where + "'encoding.dim()' must equal q.cols = 8; got 4").c_str(), lrpe::shape_error);
+  for (const auto& st : per_head) CHECK(st.empty());
   // Widths: state 4 (head b = 1, h = 1) of another feature width.
   std::vector<lrpe::linear_attention_state<T>> wide(6, lrpe::linear_attention_state<T>(8, 8, 1.0));
   wide[4] = lrpe::linear_attention_state<T>(16, 8, 1.0);
@@ -396,6 +457,17 @@ TEST_CASE("linear: errors name the argument; empty sequences") {
                                               lrpe::bnsh(buf.data(), 2, 3, 4, 8), lrpe::bnsh(obuf.data(), 2, 3, 4, 8), enc,
                                               phi, linear_options{.causal = true, .head_decays = two}),
                        doctest::Contains("'options.head_decays'"), lrpe::shape_error);
+  // grouped K/V: heads must divide q's, and v must have k's heads
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention(lrpe::bnsh(buf.data(), 2, 3, 4, 8), lrpe::bnsh(buf.data(), 2, 2, 4, 8),
+                                              lrpe::bnsh(buf.data(), 2, 2, 4, 8), lrpe::bnsh(obuf.data(), 2, 3, 4, 8), enc,
+                                              phi),
+                       "lrpe::linear_attention (multi-head): argument 'k' must have batch = 2 and heads = 3 or a divisor "
+                       "of it (grouped-query attention); got batch 2, heads 2",
+                       lrpe::shape_error);
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention(lrpe::bnsh(buf.data(), 2, 3, 4, 8), lrpe::bnsh(buf.data(), 2, 1, 4, 8),
+                                              lrpe::bnsh(buf.data(), 2, 3, 4, 8), lrpe::bnsh(obuf.data(), 2, 3, 4, 8), enc,
+                                              phi),
+                       doctest::Contains("'v' must have batch x heads = 2x1"), lrpe::shape_error);
   // empty: n_q = n_k = 0 is a no-op; n_k = 0 gives zero rows
   const rm<T> e0(0, 8), v0(0, 3);
   rm<T> o0(0, 3);

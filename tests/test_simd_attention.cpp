@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -257,6 +258,82 @@ TEST_CASE("simd softmax: errors thrown on a worker thread reach the caller") {
                                           lrpe::bnsh(q.data(), 1, 2, 4, 8), lrpe::bnsh(out.data(), 1, 2, 4, 8), alibi,
                                           lrpe::softmax_options<>{}, lrpe::backend::simd_policy<>{&pool}),
                   lrpe::shape_error);
+}
+
+TEST_CASE("simd: two threads sharing one pool get the results of a pool each") {
+  // Thread A: multi-head linear and softmax calls (the pool's run, workspace 0 on the caller);
+  // thread B: single-head calls on the same simd_policy{&pool} (workspace 0 for the whole call).
+  // The pool's call lock serialises them; without it B's workspace growth frees A's scratch
+  // (a heap-use-after-free under ASan, wrong results without).
+  using T = float;
+  lrpe::generator g(71);
+  const index_t heads = 4, n = 120, d = 32, n2 = 77, d2 = 16;
+  std::vector<T> q(static_cast<std::size_t>(heads * n * d)), k(q.size()), v(q.size());
+  for (auto* x : {&q, &k, &v})
+    for (auto& e : *x) e = static_cast<T>(0.5 * g.normal());
+  const auto view = [&](std::vector<T>& x) { return lrpe::bnsh(x.data(), 1, heads, n, d); };
+  const lrpe::rope_neox<T> enc(d);
+  const lrpe::feature_maps::elu_plus_one phi;
+  const lrpe::linear_options lin{.causal = true, .norm = lrpe::normalisation::denominator, .decay = 0.99};
+  const lrpe::softmax_options<> soft{.causal = true};
+  const rm<T> q2 = random_matrix<T>(g, n2, d2), k2 = random_matrix<T>(g, n2, d2), v2 = random_matrix<T>(g, n2, d2);
+  std::vector<position_t> pos2(static_cast<std::size_t>(n2));
+  for (index_t i = 0; i < n2; ++i) pos2[static_cast<std::size_t>(i)] = 3 * i;  // arrays: the general path
+  const lrpe::linear_options lin2{.causal = true, .decay = 0.95, .q_positions = pos2, .k_positions = pos2};
+  // what each call gives on a pool of its own (results do not depend on the threads)
+  std::vector<T> want_lin(q.size()), want_soft(q.size());
+  rm<T> want2(n2, d2), want2_soft(n2, d2);
+  {
+    lrpe::backend::simd_threads own(2);
+    const lrpe::backend::simd_policy<> p{&own};
+    lrpe::linear_attention(view(q), view(k), view(v), view(want_lin), enc, phi, lin, p);
+    lrpe::softmax_attention(view(q), view(k), view(v), view(want_soft), enc, soft, p);
+    lrpe::linear_attention(q2, k2, v2, want2, lrpe::no_encoding{}, phi, lin2, p);
+    lrpe::softmax_attention(q2, k2, v2, want2_soft, lrpe::no_encoding{}, soft, p);
+  }
+  lrpe::backend::simd_threads pool(2);
+  const lrpe::backend::simd_policy<> shared{&pool};
+  constexpr int reps = 12;
+  int wrong_a = 0, wrong_b = 0;
+  std::thread a([&] {
+    std::vector<T> o(q.size());
+    for (int r = 0; r < reps; ++r) {
+      lrpe::linear_attention(view(q), view(k), view(v), view(o), enc, phi, lin, shared);
+      wrong_a += o != want_lin;
+      lrpe::softmax_attention(view(q), view(k), view(v), view(o), enc, soft, shared);
+      wrong_a += o != want_soft;
+    }
+  });
+  std::thread b([&] {
+    rm<T> o(n2, d2);
+    for (int r = 0; r < 4 * reps; ++r) {
+      lrpe::linear_attention(q2, k2, v2, o, lrpe::no_encoding{}, phi, lin2, shared);
+      wrong_b += o != want2;
+      lrpe::softmax_attention(q2, k2, v2, o, lrpe::no_encoding{}, soft, shared);
+      wrong_b += o != want2_soft;
+    }
+  });
+  a.join();
+  b.join();
+  CHECK(wrong_a == 0);
+  CHECK(wrong_b == 0);
+}
+
+TEST_CASE_TEMPLATE("simd grouped-query attention == K and V repeated, on a 2-thread pool", T, float, double) {
+  // 6 query heads over 2 K/V heads: softmax with RoPE, causal linear with per-head decays,
+  // BSNH; the grouped call and the repeated one run the same kernels on the same values
+  lrpe::backend::simd_threads pool(2);
+  const lrpe::backend::simd_policy<> p{&pool};
+  const index_t B = 1, H = 6, N = 70, D = 16;
+  const lrpe::rope_neox<T> enc(D);
+  const std::vector<double> decays{1.0, 0.99, 0.95, 0.9, 0.8, 0.5};
+  const lrpe::feature_maps::elu_plus_one phi;
+  CHECK(attention_test::gqa_vs_repeated_kv<T>(81, B, H, 3, N, D, true, [&](auto q, auto k, auto v, auto o) {
+          lrpe::softmax_attention(q, k, v, o, enc, lrpe::softmax_options<>{.causal = true}, p);
+        }) == 0);
+  CHECK(attention_test::gqa_vs_repeated_kv<T>(82, B, H, 3, N, D, true, [&](auto q, auto k, auto v, auto o) {
+          lrpe::linear_attention(q, k, v, o, enc, phi, lrpe::linear_options{.causal = true, .head_decays = decays}, p);
+        }) == 0);
 }
 
 TEST_CASE("simd softmax: a reused workspace stops allocating after the first call") {

@@ -168,6 +168,8 @@ void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<c
     }
   }
   if (q.rows == 0 && k.rows == 0) return;
+  using backend::call_guard;
+  [[maybe_unused]] const auto guard = call_guard(backend);  // e.g. a pool's shared workspace
 
   // Backend hooks are found by ADL on the backend tag (unqualified calls), so that a backend
   // declared after this header (backend/simd) still provides its overloads.

@@ -80,6 +80,25 @@ void require_same_bh(const heads_view<T>& a, const heads_view<U>& b, const char*
                 lazy_concat("must have batch x heads = ", a.batch, "x", a.heads), lazy_concat(b.batch, "x", b.heads));
 }
 
+/**
+ * K or V of a multi-head call: q's batch, and q's heads or a divisor of them (grouped-query
+ * attention: query head h reads K/V head h / (q.heads / kv.heads), HF's `repeat_kv` order).
+ */
+template <class T, class U>
+void require_kv_heads(const heads_view<T>& q, const heads_view<U>& kv, const char* where, const char* arg) {
+  const bool grouped = kv.heads > 0 && q.heads % kv.heads == 0;
+  require_shape(kv.batch == q.batch && (kv.heads == q.heads || grouped), where, arg,
+                lazy_concat("must have batch = ", q.batch, " and heads = ", q.heads,
+                            " or a divisor of it (grouped-query attention)"),
+                lazy_concat("batch ", kv.batch, ", heads ", kv.heads));
+}
+
+/// The K/V head that query head h reads: h itself, or h / group for grouped-query attention.
+template <class T, class U>
+index_t kv_head(const heads_view<T>& q, const heads_view<U>& kv, index_t h) noexcept {
+  return kv.heads == q.heads ? h : h / (q.heads / kv.heads);
+}
+
 /// A per-head table (canonical alibi, t5_bias, urpe, ...): `heads()` and `head(h)` of the same type.
 template <class E>
 concept multi_head_table = requires(const E& e, index_t h) {
@@ -138,6 +157,12 @@ void for_each_head(const Backend& b, index_t count, F&& f) {
  * views with encoding `head_encoding(encodings, h)` and the same options (positions are shared
  * by every batch entry and head). A per-head reweighting (`canonical::urpe` with `heads()` heads)
  * uses `reweight.head(h)`.
+ *
+ * Grouped-query (and multi-query) attention: k and v may have fewer heads than q, a divisor
+ * G of q.heads; query head h then reads K/V head h / (q.heads / G) (HF's `repeat_kv` order),
+ * with query head h's encoding applied to both. The result equals the call with K and V
+ * repeated to q.heads heads, without the copy.
+ * @throws shape_error (k's batch or heads, v's not k's, out's not q's), and the single-head errors.
  */
 template <class TQ, class TK, class TV, class T, class Encodings, class Reweight = no_reweighting,
           class Backend = backend::reference>
@@ -150,18 +175,18 @@ void softmax_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const h
   detail::validate_heads(k, where, "k");
   detail::validate_heads(v, where, "v");
   detail::validate_heads(out, where, "out");
-  detail::require_same_bh(q, k, where, "k");
-  detail::require_same_bh(q, v, where, "v");
+  detail::require_kv_heads(q, k, where, "k");
+  detail::require_same_bh(k, v, where, "v");
   detail::require_same_bh(q, out, where, "out");
   // (b, h) pairs, h-major; a backend may run them on several threads (backend::for_each_head)
   for_each_head(backend, q.heads * q.batch, [&](index_t item, const auto& head_backend) {
-    const index_t h = item / q.batch, b = item % q.batch;
+    const index_t h = item / q.batch, b = item % q.batch, hk = detail::kv_head(q, k, h);
     softmax_options<Reweight> head_options = options;
     if constexpr (detail::multi_head_table<Reweight>) {
       head_options.reweight = detail::table_head(options.reweight, h, q.heads, where, "options.reweight.heads()");
     }
-    softmax_attention(detail::as_const_heads(q).head(b, h), detail::as_const_heads(k).head(b, h),
-                      detail::as_const_heads(v).head(b, h), out.head(b, h),
+    softmax_attention(detail::as_const_heads(q).head(b, h), detail::as_const_heads(k).head(b, hk),
+                      detail::as_const_heads(v).head(b, hk), out.head(b, h),
                       detail::head_encoding(encodings, h, q.heads, where), head_options, head_backend);
   });
 }
@@ -190,6 +215,7 @@ void check_head_states(const heads_view<TQ>& q, const heads_view<TK>& k, const h
     using E = std::remove_cvref_t<decltype(encoding)>;
     index_t f = q.dim;
     if constexpr (!std::is_same_v<E, no_encoding> && is_linearizable_encoding_v<E>) {
+      require_encoding_dim<T>(encoding, q.dim, where);  // else a later head would throw mid-call
       f = canonical::feature_dim(encoding);
     }
     const double lambda = per_head ? options.head_decays[static_cast<std::size_t>(h)] : options.decay;
@@ -231,21 +257,23 @@ void linear_attention_heads(const heads_view<TQ>& q, const heads_view<TK>& k, co
   validate_heads(k, where, "k");
   validate_heads(v, where, "v");
   validate_heads(out, where, "out");
-  require_same_bh(q, k, where, "k");
-  require_same_bh(q, v, where, "v");
+  require_kv_heads(q, k, where, "k");
+  require_same_bh(k, v, where, "v");
   require_same_bh(q, out, where, "out");
   if (!options.head_decays.empty()) {
     require_size(static_cast<index_t>(options.head_decays.size()), q.heads, where, "options.head_decays");
     for (double lambda : options.head_decays) require_decay(lambda, where, "options.head_decays[h]");
+  } else {
+    require_decay(options.decay, where);  // before the states are compared with it
   }
   if (states != nullptr) check_head_states(q, k, v, encodings, options, *states, where);
   // (b, h) pairs, h-major; a backend may run them on several threads (backend::for_each_head)
   for_each_head(backend, q.heads * q.batch, [&](index_t item, const auto& head_backend) {
-    const index_t h = item / q.batch, b = item % q.batch;
+    const index_t h = item / q.batch, b = item % q.batch, hk = kv_head(q, k, h);
     linear_options head_options = options;
     head_options.head_decays = {};
     if (!options.head_decays.empty()) head_options.decay = options.head_decays[static_cast<std::size_t>(h)];
-    const auto qh = as_const_heads(q).head(b, h), kh = as_const_heads(k).head(b, h), vh = as_const_heads(v).head(b, h);
+    const auto qh = as_const_heads(q).head(b, h), kh = as_const_heads(k).head(b, hk), vh = as_const_heads(v).head(b, hk);
     const auto oh = out.head(b, h);
     const auto& encoding = head_encoding(encodings, h, q.heads, where);
     if (states != nullptr) {
@@ -262,7 +290,9 @@ void linear_attention_heads(const heads_view<TQ>& q, const heads_view<TK>& k, co
 /**
  * Multi-head linear attention: for every (b, h), `linear_attention` on the head's strided
  * views with encoding `head_encoding(encodings, h)` and decay `options.head_decays[h]` (or
- * `options.decay` when `head_decays` is empty).
+ * `options.decay` when `head_decays` is empty). k and v may have fewer heads than q
+ * (grouped-query attention, as in the softmax entry point: query head h reads K/V head
+ * h / (q.heads / k.heads)).
  */
 template <class TQ, class TK, class TV, class T, class Encodings, class Phi, class Backend = backend::reference>
 void linear_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const heads_view<TV>& v,
@@ -274,11 +304,14 @@ void linear_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const he
 
 /**
  * Multi-head causal linear attention of one segment, continuing one state per (b, h): head
- * (b, h) runs the single-head segment call with `states[b·heads + h]`, so prefill and decode
+ * (b, h) runs the single-head segment call with `states[b·heads + h]` (heads = q.heads, also
+ * with grouped K/V: a query head's state holds its own features of the group's keys, which
+ * differ between the group's heads when their encodings or decays do), so prefill and decode
  * steps (one token per call: `seq` = 1, `q_positions = k_positions = t`) over any split give
  * the one-call result. `states.size()` must be batch × heads, and state (b, h) must have the
  * head's decay (`options.head_decays[h]`, or `options.decay`) and dimensions d_f × d_v.
- * Every state is checked before any head runs: on an error all of them are left as they were.
+ * Every state, and every head's encoding width, is checked before any head runs: on an error
+ * all of them are left as they were.
  * On the SIMD backend a decode step's features share one evaluation of the angles across the
  * heads run by one thread (docs/backends.md, direct tables).
  * @throws shape_error (`states.size()`, a state's widths), parameter_error (`options.causal`

@@ -191,6 +191,8 @@ void softmax_attention(const Q& q_in, const K& k_in, const V& v_in, O&& out_in, 
   }
   if (q.rows == 0) return;
   const T scale = static_cast<T>(detail::resolve_scale(encoding, options.scale, d, where));
+  using backend::call_guard;
+  [[maybe_unused]] const auto guard = call_guard(backend);  // e.g. a pool's shared workspace
 
   backend::softmax_problem<T> problem{q.rows, k.rows, v, out, options.q_positions,
                                       options.k_positions, options.causal, options.tile};

@@ -20,6 +20,19 @@ struct reference {
   static constexpr const char* name = "reference";
 };
 
+/// What `call_guard` returns for backends that share nothing between calls.
+struct no_call_guard {};
+
+/**
+ * Held by every attention entry point for the length of one call (after validation), found by
+ * ADL on the backend tag: a backend whose scratch may be shared by calls from several threads
+ * (a `simd_policy` on a pool's workspace) returns a lock. The default holds nothing.
+ */
+template <class Backend>
+no_call_guard call_guard(const Backend&) noexcept {
+  return {};
+}
+
 namespace detail {
 template <class>
 inline constexpr bool always_false = false;

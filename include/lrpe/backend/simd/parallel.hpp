@@ -39,6 +39,11 @@ namespace backend {
  * with its own `simd_workspace`. `run` is a blocking parallel-for; one `run` at a time (calls
  * from several threads are serialised). Not re-entrant: a task must not call `run` on the
  * same pool.
+ *
+ * Several threads may share one pool: every use of workspace 0 (by `run`'s calling thread, and
+ * by a whole attention call on `simd_policy{&pool}`, through `call_guard`) holds the pool's call
+ * lock, so such calls run one after the other. A thread that wants its calls to overlap
+ * another's owns a pool (or a workspace: `simd_policy{&pool, &ws}`) of its own.
  */
 class simd_threads {
  public:
@@ -63,6 +68,11 @@ class simd_threads {
   /// The workspace of thread t (0 = the calling thread).
   [[nodiscard]] simd_workspace& workspace(int t) noexcept { return *workspaces_[static_cast<std::size_t>(t)]; }
 
+  /// The pool's call lock (recursive: `run` inside a held call takes it again): held by `run`
+  /// and by an attention call on workspace 0 (`call_guard`), so that calls from several threads
+  /// never share that workspace at the same time.
+  [[nodiscard]] std::unique_lock<std::recursive_mutex> lock_calls() { return std::unique_lock(run_m_); }
+
   /**
    * Calls `f(item, thread)` for item = 0 … count−1 on all threads (dynamic scheduling, items
    * taken in increasing order) and returns when all are done. The first exception thrown by a
@@ -71,11 +81,11 @@ class simd_threads {
   template <class F>
   void run(index_t count, F&& f) {
     if (count <= 0) return;
+    std::lock_guard run_lock(run_m_);  // workspace 0 is the calling thread's: one run at a time
     if (workers_.empty() || count == 1) {
       for (index_t i = 0; i < count; ++i) f(i, 0);
       return;
     }
-    std::lock_guard run_lock(run_m_);
     auto invoke = [](void* ctx, index_t i, int t) { (*static_cast<std::remove_reference_t<F>*>(ctx))(i, t); };
     {
       std::lock_guard lock(m_);
@@ -130,7 +140,8 @@ class simd_threads {
 
   std::vector<std::unique_ptr<simd_workspace>> workspaces_;
   std::vector<std::thread> workers_;
-  std::mutex m_, run_m_, error_m_;
+  std::mutex m_, error_m_;
+  std::recursive_mutex run_m_;
   std::condition_variable cv_, done_cv_;
   std::uint64_t generation_ = 0;
   bool stop_ = false;
@@ -176,6 +187,14 @@ resources resolve(const simd_policy<Arch>& p) {
 }
 
 }  // namespace simd_detail
+
+/// A call on the pool's workspace 0 (no workspace of its own) holds the pool's call lock
+/// (several threads may share a pool); other calls hold nothing.
+template <class Arch>
+std::unique_lock<std::recursive_mutex> call_guard(const simd_policy<Arch>& p) {
+  if (p.threads != nullptr && p.workspace == nullptr) return p.threads->lock_calls();
+  return {};
+}
 
 /// Multi-head calls with a pool: one (batch, head) pair per task, each on its thread's workspace.
 template <class Arch, class F>
