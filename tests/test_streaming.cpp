@@ -139,6 +139,30 @@ TEST_CASE("streaming: errors") {
   flat.pop_back();
   CHECK_THROWS_WITH_AS(lrpe::linear_attention_snapshot<T>::from_flat(flat), doctest::Contains("'flat.size()'"), lrpe::shape_error);
   CHECK_THROWS_AS(lrpe::linear_attention_snapshot<T>::from_flat(std::vector<double>{2, 0, 0}), lrpe::shape_error);
+  // a corrupted header is an error naming the entry, never an out-of-range conversion
+  const auto good = st.export_state().to_flat();  // [1, 4, 2, 1, 0, 10, 1, S (8), z (4)]
+  const auto corrupt = [&](std::size_t i, double x) {
+    std::vector<double> f = good;
+    f[i] = x;
+    return f;
+  };
+  CHECK_NOTHROW(lrpe::linear_attention_snapshot<T>::from_flat(good));
+  for (const double bad : {double(NAN), -1.0, 2.5, 1e300, double(INFINITY)}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(lrpe::linear_attention_snapshot<T>::from_flat(corrupt(1, bad)),
+                         doctest::Contains("'flat[1] (feature_dim)' must be a whole number"), lrpe::shape_error);
+    CHECK_THROWS_WITH_AS(lrpe::linear_attention_snapshot<T>::from_flat(corrupt(2, bad)),
+                         doctest::Contains("'flat[2] (value_dim)'"), lrpe::shape_error);
+    CHECK_THROWS_WITH_AS(lrpe::linear_attention_snapshot<T>::from_flat(corrupt(4, bad)),
+                         doctest::Contains("'flat[4] (last_position, high half)'"), lrpe::shape_error);
+    CHECK_THROWS_WITH_AS(lrpe::linear_attention_snapshot<T>::from_flat(corrupt(6, bad)),
+                         doctest::Contains("'flat[6] (count)'"), lrpe::shape_error);
+  }
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention_snapshot<T>::from_flat(corrupt(5, 4294967296.0)),
+                       doctest::Contains("'flat[5] (last_position, low half)'"), lrpe::shape_error);
+  // another value_dim: the length no longer fits 7 + f·(dv + 1)
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention_snapshot<T>::from_flat(corrupt(2, 3.0)), doctest::Contains("'flat.size()'"),
+                       lrpe::shape_error);
   // segment calls: state shape, decay and positions must match
   const rm<T> q = rm<T>::Ones(3, 4), vv = rm<T>::Ones(3, 2);
   rm<T> o(3, 2);

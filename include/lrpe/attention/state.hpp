@@ -64,18 +64,31 @@ struct linear_attention_snapshot {
     constexpr const char* where = "lrpe::linear_attention_snapshot::from_flat";
     detail::require_shape(flat.size() >= 7 && flat[0] == format_version, where, "flat",
                           "must start with the header [1, feature_dim, value_dim, ...]", flat.size());
-    linear_attention_snapshot s;
-    s.feature_dim = static_cast<index_t>(flat[1]);
-    s.value_dim = static_cast<index_t>(flat[2]);
-    s.decay = flat[3];
-    const std::uint64_t u = (static_cast<std::uint64_t>(flat[4]) << 32) | static_cast<std::uint64_t>(flat[5]);
-    s.last_position = static_cast<position_t>(u);
-    s.count = static_cast<index_t>(flat[6]);
-    detail::require_shape(s.feature_dim >= 0 && s.value_dim >= 0 &&
-                              flat.size() == static_cast<std::size_t>(7 + s.feature_dim * s.value_dim + s.feature_dim),
-                          where, "flat.size()",
-                          detail::lazy_concat("must be 7 + f·dv + f for f = ", s.feature_dim, ", dv = ", s.value_dim),
+    // header entries are whole numbers in [0, limit] (checked before any conversion: a corrupted
+    // or foreign vector is an error, never an out-of-range cast)
+    const auto whole = [&](std::size_t i, double limit, const char* arg) {
+      const double x = flat[i];
+      detail::require_shape(x >= 0 && x <= limit && x == std::floor(x), where, arg,
+                            detail::lazy_concat("must be a whole number in [0, ", limit, "]"), x);
+      return x;
+    };
+    constexpr double two32 = 4294967296.0;
+    const double f = whole(1, static_cast<double>(flat.size()), "flat[1] (feature_dim)");
+    const double dv = whole(2, static_cast<double>(flat.size()), "flat[2] (value_dim)");
+    const double hi = whole(4, two32 - 1, "flat[4] (last_position, high half)");
+    const double lo = whole(5, two32 - 1, "flat[5] (last_position, low half)");
+    const double count = whole(6, 9007199254740992.0, "flat[6] (count)");
+    const auto fi = static_cast<std::size_t>(f), dvi = static_cast<std::size_t>(dv);  // both <= flat.size()
+    detail::require_shape((flat.size() - 7) % (dvi + 1) == 0 && (flat.size() - 7) / (dvi + 1) == fi, where,
+                          "flat.size()", detail::lazy_concat("must be 7 + f·dv + f for f = ", fi, ", dv = ", dvi),
                           flat.size());
+    linear_attention_snapshot s;
+    s.feature_dim = static_cast<index_t>(f);
+    s.value_dim = static_cast<index_t>(dv);
+    s.decay = flat[3];
+    const std::uint64_t u = (static_cast<std::uint64_t>(hi) << 32) | static_cast<std::uint64_t>(lo);
+    s.last_position = static_cast<position_t>(u);
+    s.count = static_cast<index_t>(count);
     const auto nkv = static_cast<std::size_t>(s.feature_dim * s.value_dim);
     s.kv.assign(flat.begin() + 7, flat.begin() + 7 + static_cast<std::ptrdiff_t>(nkv));
     s.k_sum.assign(flat.begin() + 7 + static_cast<std::ptrdiff_t>(nkv), flat.end());
