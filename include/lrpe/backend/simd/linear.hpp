@@ -264,8 +264,10 @@ struct linear_run {
     T* pow_table = den + 2 * bcp;
     index_t table_size = 4 * (bc + BK);
     if (nq > 0 && nk > 0) {
-      const position_t span = std::max(qp[nq - 1], kp[nk - 1]) - std::min(qp[0], kp[0]);
-      table_size = static_cast<index_t>(std::min<position_t>(table_size, span + 1));
+      // in unsigned arithmetic: positions may span more than int64 holds
+      const std::uint64_t span = static_cast<std::uint64_t>(std::max(qp[nq - 1], kp[nk - 1])) -
+                                 static_cast<std::uint64_t>(std::min(qp[0], kp[0]));
+      if (span < static_cast<std::uint64_t>(table_size)) table_size = static_cast<index_t>(span) + 1;
     }
     if (lambda != 1.0)
       for (index_t e = 0; e < table_size; ++e) pow_table[e] = static_cast<T>(decay_pow(lambda, e));
