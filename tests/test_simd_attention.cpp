@@ -260,6 +260,48 @@ TEST_CASE("simd softmax: errors thrown on a worker thread reach the caller") {
                   lrpe::shape_error);
 }
 
+TEST_CASE_TEMPLATE("simd softmax: a per-tile bias at positions near +-2^62 forms no position past the call's", T, float,
+                   double) {
+  // Queries at 2^62 − 8 …, keys at −(2^62 − 1) …: every t − s fits int64, but the padding rows
+  // of a tile (8 rows, rounded up to the micro-kernel's) and its padding keys (8 of 64) would
+  // reach past it. Under UBSan (the asan preset) an overflow aborts the test.
+  lrpe::generator g(91);
+  const index_t n = 8, d = 16;
+  const rm<T> q = random_matrix<T>(g, n, d), k = random_matrix<T>(g, n, d), v = random_matrix<T>(g, n, d);
+  const position_t far = (position_t{1} << 62) - 1;
+  for (const auto form : {lrpe::canonical::alibi_form::symmetric, lrpe::canonical::alibi_form::causal}) {
+    CAPTURE(static_cast<int>(form));
+    // slope 2^-60: biases of magnitude ≤ 8 (a larger slope makes the logits ~1e15, where
+    // rounding alone separates any two orders of evaluation)
+    const lrpe::canonical::alibi<T> alibi(d, {std::ldexp(1.0, -60)}, form);
+    for (const bool keys_first : {true, false}) {
+      CAPTURE(keys_first);
+      const lrpe::softmax_options<> opt{.causal = keys_first, .q_positions = keys_first ? far - 7 : -far,
+                                        .k_positions = keys_first ? -far : far - 7};
+      rm<T> ref(n, d), out(n, d);
+      lrpe::softmax_attention(q, k, v, ref, alibi, opt);
+      lrpe::softmax_attention(q, k, v, out, alibi, opt, lrpe::backend::simd<>{});
+      CHECK((out - ref).cwiseAbs().maxCoeff() <= tolerance<T>() * (1 + ref.cwiseAbs().maxCoeff()));
+    }
+  }
+}
+
+TEST_CASE("simd softmax: a scale that overflows float is a domain_error naming options.scale") {
+  lrpe::generator g(92);
+  const rm<float> q = random_matrix<float>(g, 5, 8);
+  rm<float> out(5, 8);
+  // infinite in float (finite in double): every backend
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention(q, q, q, out, lrpe::no_encoding{}, lrpe::softmax_options<>{.scale = 1e39},
+                                               lrpe::backend::simd<>{}),
+                       "lrpe::softmax_attention: argument 'options.scale' must be finite in the scalar type; got 1e+39",
+                       lrpe::domain_error);
+  // finite in float, not once the SIMD kernel folds log2(e) into it
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention(q, q, q, out, lrpe::no_encoding{}, lrpe::softmax_options<>{.scale = 3e38},
+                                               lrpe::backend::simd<>{}),
+                       doctest::Contains("'options.scale' must be at most max(T) / log2(e) in magnitude"),
+                       lrpe::domain_error);
+}
+
 TEST_CASE("simd: two threads sharing one pool get the results of a pool each") {
   // Thread A: multi-head linear and softmax calls (the pool's run, workspace 0 on the caller);
   // thread B: single-head calls on the same simd_policy{&pool} (workspace 0 for the whole call).

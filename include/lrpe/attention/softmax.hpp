@@ -190,7 +190,9 @@ void softmax_attention(const Q& q_in, const K& k_in, const V& v_in, O&& out_in, 
                           v.cols);
   }
   if (q.rows == 0) return;
-  const T scale = static_cast<T>(detail::resolve_scale(encoding, options.scale, d, where));
+  const double scale_d = detail::resolve_scale(encoding, options.scale, d, where);
+  const T scale = static_cast<T>(scale_d);
+  if (!std::isfinite(scale)) detail::fail<domain_error>(where, "options.scale", "must be finite in the scalar type", scale_d);
   using backend::call_guard;
   [[maybe_unused]] const auto guard = call_guard(backend);  // e.g. a pool's shared workspace
 

@@ -308,13 +308,18 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
 
     if constexpr (has_bias) {
       if (offsets) {
-        // bias depends on t − s only: one call per diagonal; δ = t − s ranges over
-        // [k0 − (q0 + bqp − 1), k0 + BK − 1 − q0]
+        // bias depends on t − s only: one call per diagonal. Row i, key j reads entry
+        // e = bqp − 1 − i + j, the diagonal δ = (k0 + j) − (q0 + i). Only the entries of real
+        // rows and keys (i < bq, j < bk) are evaluated, as bias(q0, k0 + j − i): every δ formed
+        // is then the difference of two positions of the call, and no position past them is
+        // (the padding rows' and keys' entries are 0, their outputs discarded or masked).
         T* tb = st + BQ * BK;
         const position_t q0 = p.q_positions[i0], k0 = p.k_positions[j0];
-        const position_t dmin = k0 - (q0 + bqp - 1);
-        for (index_t e = 0; e < BK + bqp - 1; ++e)
-          tb[e] = log2e * static_cast<T>(bias->bias(q0, q0 + dmin + e));
+        const index_t e_lo = bqp - bq, e_hi = bqp - 1 + bk - 1;
+        for (index_t e = 0; e < BK + bqp - 1; ++e) {
+          tb[e] = e < e_lo || e > e_hi ? T(0)
+                                       : log2e * static_cast<T>(bias->bias(q0, k0 + (e - (bqp - 1))));
+        }
         for (index_t i = 0; i < bqp; ++i) {
           const T* row_b = tb + (bqp - 1 - i);
           T* srow = st + i * BK;
@@ -425,6 +430,11 @@ void softmax_simd(const softmax_problem<T>& p, const matrix_view<const T>& q, co
 
   const softmax_shared<T> sh{kp, vp, kb, d, dv, dvp, nk, tiles};
   const T qscale = scale * std::numbers::log2e_v<T>;
+  if (!std::isfinite(qscale)) {  // a finite scale within a factor log2(e) of T's largest value
+    lrpe::detail::fail<domain_error>("lrpe::softmax_attention (simd backend)", "options.scale",
+                                     "must be at most max(T) / log2(e) in magnitude (the kernel folds log2(e) into it)",
+                                     scale);
+  }
   const index_t qtiles = (p.nq + BQ - 1) / BQ;
   if (res.pool == nullptr || qtiles < 2) {
     for (index_t it = 0; it < qtiles; ++it) softmax_query_tile<T, A>(p, q, qscale, bias, sh, it * BQ, ws);
