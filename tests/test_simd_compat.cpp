@@ -1,7 +1,8 @@
 // The xsimd compatibility layer (backend/simd/xsimd_compat.hpp) against scalar loops, on every
 // x86 arch this translation unit is compiled for: the horizontal sums and extrema, and the
 // parallel horizontal add `compat::haddp`, whose AVX-512 float version in xsimd 8.1 returns
-// lanes out of order (this test is what catches it: it fails with `xsimd::haddp` there).
+// lanes out of order (this test is what catches it: it fails with `xsimd::haddp` there), and
+// the parallel horizontal maximum `compat::hmaxp` (a transpose tree of its own on AVX-512).
 #include <lrpe/backend/simd/xsimd_compat.hpp>
 
 #include <doctest/doctest.h>
@@ -26,7 +27,7 @@ void check_arch() {
   constexpr int w = static_cast<int>(B::size);
   INFO(A::name() << ", " << sizeof(T) << "-byte lanes");
   B rows[w];
-  T want[w];
+  T want[w], want_max[w];
   for (int r = 0; r < w; ++r) {
     alignas(64) T lane[w];
     T sum = 0, mx = value<T>(r, 0), mn = value<T>(r, 0);
@@ -38,6 +39,7 @@ void check_arch() {
     }
     rows[r] = B::load_aligned(lane);
     want[r] = sum;
+    want_max[r] = mx;
     CHECK(compat::reduce_add(rows[r]) == sum);
     CHECK(compat::reduce_max(rows[r]) == mx);
     CHECK(compat::reduce_min(rows[r]) == mn);
@@ -47,6 +49,24 @@ void check_arch() {
   for (int r = 0; r < w; ++r) {
     INFO("haddp lane " << r);
     CHECK(got[r] == want[r]);
+  }
+  compat::hmaxp(rows).store_aligned(got);
+  for (int r = 0; r < w; ++r) {
+    INFO("hmaxp lane " << r);
+    CHECK(got[r] == want_max[r]);
+  }
+  // hmaxp again with a distinct maximum per row (100 + r) at a lane that moves with the row,
+  // so that a tree mixing up rows or lanes cannot pass by equal maxima
+  for (int r = 0; r < w; ++r) {
+    alignas(64) T lane[w];
+    for (int i = 0; i < w; ++i) lane[i] = value<T>(r, i);
+    lane[(5 * r + 3) % w] = static_cast<T>(100 + r);
+    rows[r] = B::load_aligned(lane);
+  }
+  compat::hmaxp(rows).store_aligned(got);
+  for (int r = 0; r < w; ++r) {
+    INFO("hmaxp (spike) lane " << r);
+    CHECK(got[r] == static_cast<T>(100 + r));
   }
 }
 
@@ -58,7 +78,7 @@ void check_both() {
 
 }  // namespace
 
-TEST_CASE("compat: reduce_add / reduce_max / reduce_min / haddp == scalar loops on every compiled arch") {
+TEST_CASE("compat: reduce_add / reduce_max / reduce_min / haddp / hmaxp == scalar loops on every compiled arch") {
   check_both<xsimd::default_arch>();
 #if defined(__SSE4_2__)
   check_both<xsimd::sse4_2>();

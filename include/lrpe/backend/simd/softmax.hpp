@@ -14,7 +14,9 @@
  *                            contract: a function of t − s), else one per entry
  *     mask                   only on tiles that straddle the causal diagonal or the end of K;
  *                            tiles entirely above it are skipped (never computed)
- *     m, l, α, P = 2^(S−m)   vectorised exp2 (polynomial, exact 0 below 2⁻¹²⁶)
+ *     m, l, α, P = 2^(S−m)   W rows at a time: row maxima and sums by transposing reductions
+ *                            (compat::hmaxp/haddp), vectorised exp2 (polynomial, exact 0 for
+ *                            masked entries), α of the W rows by one exp2
  *     O   = α·O + P V         register-blocked R×(≤4W) micro-kernel
  *
  * Memory: the packed K and V (O(n·d)) and per-thread tiles, all in a reused `simd_workspace`:
@@ -70,46 +72,44 @@ struct softmax_tiling {
 inline constexpr index_t round_up(index_t x, index_t m) noexcept { return (x + m - 1) / m * m; }
 
 /**
- * 2^x for x ≤ 0 (softmax exponents): round-to-nearest split x = n + f, |f| ≤ 1/2, a Taylor
- * polynomial of 2^f (relative error < 2·10⁻⁷ in float, < 10⁻¹⁴ in double), and 2^n from the
- * exponent bits. Exactly 0 below the smallest normal exponent (−∞ included).
+ * 2^x for x ≤ 0 (softmax exponents): round-to-nearest split x = n + f, |f| ≤ 1/2, a polynomial
+ * of 2^f, and 2^n from the exponent bits. Float: a degree-5 minimax polynomial (relative
+ * error ≤ 1.7·10⁻⁷ for x ≥ −126, measured on every 7th float), double: the degree-11 Taylor
+ * polynomial (< 10⁻¹⁴). x is first clamped to −127 (double: −1023), where the exponent bits of
+ * 2^n are all zero: exactly 0 for x < −126.5 (−1022.5), −∞ included, with no compare or
+ * select; subnormal (≤ 2⁻¹²⁶) in between.
  */
 template <class T, class A>
 inline xsimd::batch<T, A> exp2_nonpositive(xsimd::batch<T, A> x) noexcept {
   using B = xsimd::batch<T, A>;
   using I = xsimd::as_integer_t<T>;
   constexpr bool is_float = std::is_same_v<T, float>;
-  constexpr T lo = is_float ? T(-126) : T(-1022);
-  const auto under = x < B(lo);
-  x = xsimd::max(x, B(lo));
+  x = xsimd::max(x, B(is_float ? T(-127) : T(-1023)));
   const B n = xsimd::nearbyint(x);
   const B f = x - n;
-  constexpr T l1 = T(0.693147180559945309417232121458176568);
   B p;
   if constexpr (is_float) {
-    p = B(T(1.5403530393381609e-4));
-    p = xsimd::fma(p, f, B(T(1.3333558146428443e-3)));
-    p = xsimd::fma(p, f, B(T(9.6181291076284772e-3)));
-    p = xsimd::fma(p, f, B(T(5.5504108664821580e-2)));
-    p = xsimd::fma(p, f, B(T(2.4022650695910071e-1)));
-    p = xsimd::fma(p, f, B(l1));
+    // minimax for relative error on [−1/2, 1/2] with p(0) = 1
+    p = B(T(1.3264714507386088e-3));
+    p = xsimd::fma(p, f, B(T(9.671508334577084e-3)));
+    p = xsimd::fma(p, f, B(T(5.550733581185341e-2)));
+    p = xsimd::fma(p, f, B(T(2.4022242426872253e-1)));
+    p = xsimd::fma(p, f, B(T(6.931470036506653e-1)));
     p = xsimd::fma(p, f, B(T(1)));
   } else {
-    // Taylor coefficients ln2^k / k!, k = 11 … 2
+    // Taylor coefficients ln2^k / k!, k = 11 … 1
     constexpr T c[] = {T(4.44553827187081162e-10), T(7.05491162080112336e-09), T(1.01780860092396999e-07),
                        T(1.32154867901443095e-06), T(1.52527338040598411e-05), T(1.54035303933816088e-04),
                        T(1.33335581464284433e-03), T(9.61812910762847688e-03), T(5.55041086648215831e-02),
-                       T(2.40226506959100722e-01)};
+                       T(2.40226506959100722e-01), T(0.693147180559945309417232121458176568)};
     p = B(c[0]);
-    for (int k = 1; k < 10; ++k) p = xsimd::fma(p, f, B(c[k]));
-    p = xsimd::fma(p, f, B(l1));
+    for (int k = 1; k < 11; ++k) p = xsimd::fma(p, f, B(c[k]));
     p = xsimd::fma(p, f, B(T(1)));
   }
   constexpr int mantissa = is_float ? 23 : 52;
   constexpr I bias = is_float ? I(127) : I(1023);
   const auto ni = xsimd::to_int(n);
-  const B scale = xsimd::bitwise_cast<B>((ni + bias) << mantissa);
-  return xsimd::select(under, B(T(0)), p * scale);
+  return p * xsimd::bitwise_cast<B>((ni + bias) << mantissa);  // n = −127 (−1023): 2^n reads as +0
 }
 
 /**
@@ -264,10 +264,10 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
       std::fill(dst, dst + d, T(0));
       qp_local[i] = qp_local[bq - 1];
     }
-    m[i] = neg_inf;
-    l[i] = T(0);
     std::fill(ot + i * dvp, ot + (i + 1) * dvp, T(0));
   }
+  std::fill(m, m + BQ, neg_inf);  // every row of the tile: the softmax step reads them W at a time
+  std::fill(l, l + BQ, T(0));
   position_t q_min = qp_local[0], q_max = qp_local[0];
   for (index_t i = 1; i < bq; ++i) {
     q_min = std::min(q_min, qp_local[i]);
@@ -351,30 +351,49 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
       }
     }
 
-    // online softmax: m, l, α, P = 2^(S − m)
-    for (index_t i = 0; i < bqp; ++i) {
-      if (group_keys[i / R] == 0) continue;  // every entry masked: m, l, O unchanged
-      T* srow = st + i * BK;
-      B sv[U];
-      for (index_t u = 0; u < U; ++u) sv[u] = B::load_aligned(srow + u * W);
-      B mx = sv[0];
-      for (index_t u = 1; u < U; ++u) mx = xsimd::max(mx, sv[u]);
-      const T m_new = std::max(m[i], compat::reduce_max(mx));
-      if (m_new == neg_inf) {  // nothing visible in this row yet
-        for (index_t u = 0; u < U; ++u) B(T(0)).store_aligned(srow + u * W);
-        alpha[i] = T(1);
-        continue;
+    // online softmax, W rows at a time: m, l, α, P = 2^(S − m). The rows' maxima and sums come
+    // from transposing reductions (a few vector ops per row, not a horizontal reduction each) and
+    // α for the W rows from one vector exp2. Rows of skipped groups (and past bqp) read as −∞:
+    // their m, l stay as they are and their S row is neither read nor written.
+    for (index_t b0 = 0; b0 < bqp; b0 += W) {
+      B part[W];
+      for (index_t r = 0; r < W; ++r) {
+        const index_t i = b0 + r;
+        if (i < bqp && group_keys[i / R] > 0) {
+          const T* srow = st + i * BK;
+          B mx = B::load_aligned(srow);
+          for (index_t u = 1; u < U; ++u) mx = xsimd::max(mx, B::load_aligned(srow + u * W));
+          part[r] = mx;
+        } else {
+          part[r] = B(neg_inf);
+        }
       }
-      const B mb(m_new);
-      B sum(T(0));
-      for (index_t u = 0; u < U; ++u) {
-        const B e = exp2_nonpositive<T, A>(sv[u] - mb);
-        e.store_aligned(srow + u * W);
-        sum += e;
+      const B m_old = B::load_aligned(m + b0);
+      const B m_new = xsimd::max(m_old, compat::hmaxp(part));
+      // a row with nothing visible yet (m_new = −∞) shifts by 0: its P is 0, its α 0, its l 0
+      const B shift = xsimd::select(m_new == B(neg_inf), B(T(0)), m_new);
+      const B a = exp2_nonpositive<T, A>(m_old - shift);
+      alignas(64) T sh_r[W];
+      shift.store_aligned(sh_r);
+      for (index_t r = 0; r < W; ++r) {
+        const index_t i = b0 + r;
+        if (i < bqp && group_keys[i / R] > 0) {
+          T* srow = st + i * BK;
+          const B mb(sh_r[r]);
+          B sum(T(0));
+          for (index_t u = 0; u < U; ++u) {
+            const B e = exp2_nonpositive<T, A>(B::load_aligned(srow + u * W) - mb);
+            e.store_aligned(srow + u * W);
+            sum += e;
+          }
+          part[r] = sum;
+        } else {
+          part[r] = B(T(0));
+        }
       }
-      alpha[i] = m[i] == neg_inf ? T(0) : std::exp2(m[i] - m_new);
-      l[i] = alpha[i] * l[i] + compat::reduce_add(sum);
-      m[i] = m_new;
+      xsimd::fma(a, B::load_aligned(l + b0), compat::haddp(part)).store_aligned(l + b0);
+      m_new.store_aligned(m + b0);
+      a.store_aligned(alpha + b0);
     }
 
     const T* vt = sh.vp + j0 * dvp;

@@ -13,12 +13,18 @@
  * | `compat::scatter(b, p, idx)` | `batch::scatter` (see below) | `batch::scatter` |
  * | `compat::store_stream(b, p)` | (none: intrinsics) | (none: intrinsics) |
  * | `compat::haddp(rows)`     | `xsimd::haddp` (see below) | `xsimd::haddp` |
+ * | `compat::hmaxp(rows)`     | (none: written here) | (none: written here) |
  *
  * haddp (lane r = Σ rows[r]): xsimd 8.1's AVX-512 float version returns lanes 2–5 and 10–13
  * in the wrong order (lane 2 holds Σ rows[4], …; checked by test_simd_compat), so on AVX-512
  * float the compat version is a transpose-and-add tree of its own (30 shuffles and 15 adds for
  * 16 rows), and xsimd's everywhere else (its SSE, AVX, AVX2 and AVX-512 double versions are
  * right).
+ *
+ * hmaxp (lane r = max rows[r]) is the same tree with max for AVX-512 float (16 rows) and double
+ * (8 rows), and a store to the stack and scalar loops elsewhere. The softmax kernel takes its
+ * rows' maxima with it, W rows at a time (about 3 vector ops per row instead of a horizontal
+ * reduction each).
  *
  * Gather/scatter: xsimd 8.1's overload resolution picks its generic lane-by-lane gather (one
  * insert per lane, measured 10× slower than `vgatherdps`) even on AVX-512, so on xsimd < 9 and
@@ -27,9 +33,10 @@
  * per-lane masks).
  *
  * `reduce_max`/`reduce_min` here are written by a store to the stack and a scalar loop: they
- * are used once per row/tile, never in an inner loop, so a shuffle tree is not worth the
- * version-specific code. NaN: returns the max/min over the non-NaN lanes' comparisons as
- * `std::max` does (a NaN in lane 0 propagates; callers that care should check separately).
+ * are for one-off reductions, never an inner loop (batches of rows use `haddp`/`hmaxp`), so a
+ * shuffle tree is not worth the version-specific code. NaN: returns the max/min over the
+ * non-NaN lanes' comparisons as `std::max` does (a NaN in lane 0 propagates; callers that care
+ * should check separately).
  */
 #pragma once
 
@@ -88,31 +95,99 @@ inline T reduce_add(const xsimd::batch<T, Arch>& b) noexcept {
 #endif
 }
 
+namespace detail {
+
+/// Lane r = rows[r][0] ⊕ rows[r][1] ⊕ … on AVX-512 (float: 16 rows, double: 8), a transpose
+/// tree of in-lane unpacks and 128-bit chunk shuffles; ⊕ is `add_op` or `max_op`. Each lane's ⊕
+/// order is fixed, so the result does not depend on the caller.
+#if defined(__AVX512F__)
+struct add_op {
+  LRPE_ALWAYS_INLINE __m512 operator()(__m512 a, __m512 b) const noexcept { return _mm512_add_ps(a, b); }
+  LRPE_ALWAYS_INLINE __m512d operator()(__m512d a, __m512d b) const noexcept { return _mm512_add_pd(a, b); }
+};
+struct max_op {
+  LRPE_ALWAYS_INLINE __m512 operator()(__m512 a, __m512 b) const noexcept { return _mm512_max_ps(a, b); }
+  LRPE_ALWAYS_INLINE __m512d operator()(__m512d a, __m512d b) const noexcept { return _mm512_max_pd(a, b); }
+};
+
+template <class Op>
+LRPE_ALWAYS_INLINE __m512 transpose_reduce16(const __m512* rows, Op op) noexcept {
+  // 16 → 8: per 128-bit chunk, [a0⊕a2, b0⊕b2, a1⊕a3, b1⊕b3] for the row pair (a, b).
+  __m512 t[8];
+  for (int k = 0; k < 8; ++k) {
+    const __m512 a = rows[2 * k], b = rows[2 * k + 1];
+    t[k] = op(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  }
+  // 8 → 4: per chunk, the four rows 4k … 4k + 3 reduced over the chunk.
+  __m512 u[4];
+  for (int k = 0; k < 4; ++k)
+    u[k] = op(_mm512_shuffle_ps(t[2 * k], t[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+              _mm512_shuffle_ps(t[2 * k], t[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  // 4 → 2 → 1: chunks reduced pairwise across vectors; chunk q of the result = rows 4q … 4q + 3.
+  const auto fold = [op](__m512 a, __m512 b) LRPE_ALWAYS_INLINE_LAMBDA {
+    return op(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+              _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  };
+  return fold(fold(u[0], u[1]), fold(u[2], u[3]));
+}
+
+template <class Op>
+LRPE_ALWAYS_INLINE __m512d transpose_reduce8(const __m512d* rows, Op op) noexcept {
+  // 8 → 4: per 128-bit chunk q, [a_{2q}⊕a_{2q+1}, b_{2q}⊕b_{2q+1}] for the row pair (a, b).
+  __m512d t[4];
+  for (int k = 0; k < 4; ++k) {
+    const __m512d a = rows[2 * k], b = rows[2 * k + 1];
+    t[k] = op(_mm512_unpacklo_pd(a, b), _mm512_unpackhi_pd(a, b));
+  }
+  // 4 → 2 → 1 as in the float tree: chunk q of the result = rows 2q, 2q + 1.
+  const auto fold = [op](__m512d a, __m512d b) LRPE_ALWAYS_INLINE_LAMBDA {
+    return op(_mm512_shuffle_f64x2(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+              _mm512_shuffle_f64x2(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  };
+  return fold(fold(t[0], t[1]), fold(t[2], t[3]));
+}
+#endif
+
+}  // namespace detail
+
 /// Lane r = Σ_i rows[r][i], for the batch::size batches at `rows` (see the file comment).
 template <class T, class Arch>
 LRPE_ALWAYS_INLINE xsimd::batch<T, Arch> haddp(const xsimd::batch<T, Arch>* rows) noexcept {
 #if defined(__AVX512F__)
   if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, Arch>) {
-    // 16 → 8: per 128-bit chunk, [a0+a2, b0+b2, a1+a3, b1+b3] for the row pair (a, b).
-    __m512 t[8];
-    for (int k = 0; k < 8; ++k) {
-      const __m512 a = rows[2 * k], b = rows[2 * k + 1];
-      t[k] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-    }
-    // 8 → 4: per chunk, the four rows 4k … 4k + 3 summed over the chunk.
-    __m512 u[4];
-    for (int k = 0; k < 4; ++k)
-      u[k] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * k], t[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                           _mm512_shuffle_ps(t[2 * k], t[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    // 4 → 2 → 1: chunks summed pairwise across vectors; chunk q of the result = rows 4q … 4q + 3.
-    const auto fold = [](__m512 a, __m512 b) LRPE_ALWAYS_INLINE_LAMBDA {
-      return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
-                           _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
-    };
-    return fold(fold(u[0], u[1]), fold(u[2], u[3]));
+    __m512 r[16];
+    for (int k = 0; k < 16; ++k) r[k] = rows[k];
+    return detail::transpose_reduce16(r, detail::add_op{});
   }
 #endif
   return xsimd::haddp(rows);
+}
+
+/// Lane r = max_i rows[r][i], for the batch::size batches at `rows` (NaN lanes: unspecified).
+template <class T, class Arch>
+LRPE_ALWAYS_INLINE xsimd::batch<T, Arch> hmaxp(const xsimd::batch<T, Arch>* rows) noexcept {
+  using B = xsimd::batch<T, Arch>;
+  constexpr std::size_t n = B::size;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, Arch>) {
+    __m512 r[16];
+    for (int k = 0; k < 16; ++k) r[k] = rows[k];
+    return detail::transpose_reduce16(r, detail::max_op{});
+  } else if constexpr (std::is_same_v<T, double> && std::is_base_of_v<xsimd::avx512f, Arch>) {
+    __m512d r[8];
+    for (int k = 0; k < 8; ++k) r[k] = rows[k];
+    return detail::transpose_reduce8(r, detail::max_op{});
+  }
+#endif
+  alignas(64) T out[n];
+  for (std::size_t r = 0; r < n; ++r) {
+    alignas(64) T tmp[n];
+    rows[r].store_aligned(tmp);
+    T m = tmp[0];
+    for (std::size_t i = 1; i < n; ++i) m = tmp[i] > m ? tmp[i] : m;
+    out[r] = m;
+  }
+  return B::load_aligned(out);
 }
 
 /// Horizontal maximum of all lanes.
