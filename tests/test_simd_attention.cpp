@@ -13,6 +13,7 @@
 #include <lrpe/simd.hpp>
 
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -208,6 +209,57 @@ TEST_CASE_TEMPLATE("simd softmax: logits of +-1e4 stay finite and equal the refe
     SHAPE_INFO(s);
     const lrpe::canonical::alibi<T> steep(s.d, {1e4}, lrpe::canonical::alibi_form::symmetric);
     CHECK(softmax_case<T>(s, steep, 7) <= tolerance<T>());
+  }
+}
+
+TEST_CASE_TEMPLATE("softmax, reference and SIMD: a NaN or overflowing logit makes exactly the rows it reaches NaN",
+                   T, float, double) {
+  // 150 queries and keys (three SIMD key tiles, four reference tiles of 48), d = 64. Poisoning
+  // q row 5 (NaN, or +inf: ∞ − ∞ in the exponent) must turn row 5 into NaN and leave every other
+  // row bit-equal to the clean call's; poisoning key 70 (the second SIMD tile) must turn every
+  // row that sees it into NaN: all rows without the mask, rows at positions ≥ 70 with it.
+  const index_t n = 150, d = 64, dv = 24, poisoned_q = 5, poisoned_k = 70;
+  lrpe::generator g(0x5AA5);
+  const rm<T> q = random_matrix<T>(g, n, d), k = random_matrix<T>(g, n, d), v = random_matrix<T>(g, n, dv);
+  const auto run = [&](const rm<T>& qq, const rm<T>& kk, bool causal, bool simd) {
+    lrpe::softmax_options<> opt;
+    opt.causal = causal;
+    opt.tile = 48;
+    rm<T> out(n, dv);
+    out.setConstant(T(123));
+    if (simd) lrpe::softmax_attention(qq, kk, v, out, lrpe::no_encoding{}, opt, lrpe::backend::simd<>{});
+    else lrpe::softmax_attention(qq, kk, v, out, lrpe::no_encoding{}, opt);
+    return out;
+  };
+  const auto row_nan = [](const rm<T>& o, index_t i) {
+    for (index_t c = 0; c < o.cols(); ++c)
+      if (!std::isnan(o(i, c))) return false;
+    return true;
+  };
+  for (const T poison : {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity()}) {
+    for (bool causal : {false, true}) {
+      for (bool simd : {false, true}) {
+        INFO("poison = " << poison << ", causal = " << causal << ", simd = " << simd);
+        const rm<T> clean = run(q, k, causal, simd);
+        rm<T> qq = q;
+        qq(poisoned_q, 17) = poison;
+        const rm<T> out_q = run(qq, k, causal, simd);
+        for (index_t i = 0; i < n; ++i) {
+          INFO("q poisoned, row " << i);
+          if (i == poisoned_q) CHECK(row_nan(out_q, i));
+          else CHECK((out_q.row(i).array() == clean.row(i).array()).all());
+        }
+        if (std::isinf(poison)) continue;  // +inf in k: −inf logits for negative q entries (masked, not NaN)
+        rm<T> kk = k;
+        kk(poisoned_k, 3) = poison;
+        const rm<T> out_k = run(q, kk, causal, simd);
+        for (index_t i = 0; i < n; ++i) {
+          INFO("k poisoned, row " << i);
+          if (!causal || i >= poisoned_k) CHECK(row_nan(out_k, i));
+          else CHECK((out_k.row(i).array() == clean.row(i).array()).all());
+        }
+      }
+    }
   }
 }
 
@@ -495,6 +547,63 @@ TEST_CASE_TEMPLATE("simd linear attention, no encoding: == reference (causal or 
     LINEAR_INFO(lo);
     CHECK(linear_case<T>(s, lrpe::no_encoding{}, lrpe::feature_maps::relu{}, lo, seed + static_cast<std::uint64_t>(++n)) <=
           tolerance<T>());
+  }
+}
+
+TEST_CASE_TEMPLATE("linear attention, reference and SIMD: a NaN in q or k makes exactly the rows it reaches NaN", T,
+                   float, double) {
+  // n = 100 (one-vector chunks of 16 with a remainder; key 40 sits inside the chunk of rows
+  // 32–47, where the intra-chunk product must not carry it back to rows 32–39), every
+  // vectorised φ (relu too: φ(NaN) = NaN), both normalisations, with and without RoPE (the
+  // features computed inside the kernel) and a decay.
+  const index_t n = 100, d = 32, dv = 24, poisoned_q = 5, poisoned_k = 40;
+  lrpe::generator g(0x5AA6);
+  const rm<T> q = random_matrix<T>(g, n, d), k = random_matrix<T>(g, n, d), v = random_matrix<T>(g, n, dv);
+  const lrpe::rope_neox<T> rope(d);
+  const auto row_nan = [](const rm<T>& o, index_t i) {
+    for (index_t c = 0; c < o.cols(); ++c)
+      if (!std::isnan(o(i, c))) return false;
+    return true;
+  };
+  const auto check = [&](const auto& enc, const auto& phi, const char* name) {
+    for (const auto norm : {lrpe::normalisation::none, lrpe::normalisation::denominator}) {
+      for (const bool causal : {false, true}) {
+        for (const bool simd : {false, true}) {
+          INFO(std::string(name) << ", norm " << static_cast<int>(norm) << ", causal " << causal << ", simd " << simd);
+          lrpe::linear_options opt{.causal = causal, .norm = norm};
+          if (causal) opt.decay = 0.97;
+          const auto run = [&](const rm<T>& qq, const rm<T>& kk) {
+            rm<T> out(n, dv);
+            out.setConstant(T(123));
+            if (simd) lrpe::linear_attention(qq, kk, v, out, enc, phi, opt, lrpe::backend::simd<>{});
+            else lrpe::linear_attention(qq, kk, v, out, enc, phi, opt);
+            return out;
+          };
+          const rm<T> clean = run(q, k);
+          rm<T> qq = q, kk = k;
+          qq(poisoned_q, 7) = std::numeric_limits<T>::quiet_NaN();
+          kk(poisoned_k, 3) = std::numeric_limits<T>::quiet_NaN();
+          const rm<T> out_q = run(qq, k), out_k = run(q, kk);
+          for (index_t i = 0; i < n; ++i) {
+            INFO("row " << i);
+            if (i == poisoned_q) CHECK(row_nan(out_q, i));
+            else CHECK((out_q.row(i).array() == clean.row(i).array()).all());
+            if (!causal || i >= poisoned_k) CHECK(row_nan(out_k, i));
+            else CHECK((out_k.row(i).array() == clean.row(i).array()).all());
+          }
+        }
+      }
+    }
+  };
+  for (const bool with_rope : {false, true}) {
+    const auto each_phi = [&](const auto& enc) {
+      check(enc, lrpe::feature_maps::identity{}, "identity");
+      check(enc, lrpe::feature_maps::elu_plus_one{}, "elu+1");
+      check(enc, lrpe::feature_maps::relu{}, "relu");
+      check(enc, lrpe::feature_maps::relu_eps{}, "relu+eps");
+    };
+    if (with_rope) each_phi(rope);
+    else each_phi(lrpe::no_encoding{});
   }
 }
 

@@ -10,6 +10,9 @@
  * | `feature_maps::relu_eps{ε}` | max(x, 0) + ε (PermuteFormer, ε = 1e-3) |
  * | `feature_maps::identity` | x |
  *
+ * Each map takes NaN to NaN (relu included: x < 0 ? 0 : x), so a NaN in q or k reaches the
+ * output rows that see it, as in softmax attention.
+ *
  * A user map is any `feature_map`: a callable `T(T)` applied elementwise (a lambda works), or a
  * type with a row-wise member `apply(const T* x, T* y, index_t d)` (width preserving).
  */
@@ -40,17 +43,17 @@ struct elu_plus_one {
   T operator()(T x) const noexcept { return x > T(0) ? x + T(1) : std::exp(x); }
 };
 
-/// φ(x) = max(x, 0).
+/// φ(x) = max(x, 0); φ(NaN) = NaN.
 struct relu {
   template <real_scalar T>
-  T operator()(T x) const noexcept { return x > T(0) ? x : T(0); }
+  T operator()(T x) const noexcept { return x < T(0) ? T(0) : x; }  // NaN stays NaN
 };
 
 /// φ(x) = max(x, 0) + ε (PermuteFormer uses ε = 1e-3).
 struct relu_eps {
   double eps = 1e-3;
   template <real_scalar T>
-  T operator()(T x) const noexcept { return (x > T(0) ? x : T(0)) + static_cast<T>(eps); }
+  T operator()(T x) const noexcept { return (x < T(0) ? T(0) : x) + static_cast<T>(eps); }
 };
 
 /// φ(x) = x.

@@ -79,8 +79,8 @@ namespace detail {
 __device__ __forceinline__ float apply_phi(const device_feature_map& phi, float x) {
   switch (phi.kind) {
     case phi_kind::elu_plus_one: return x > 0.0f ? x + 1.0f : expf(x);
-    case phi_kind::relu: return x > 0.0f ? x : 0.0f;
-    case phi_kind::relu_eps: return (x > 0.0f ? x : 0.0f) + phi.eps;
+    case phi_kind::relu: return x < 0.0f ? 0.0f : x;  // NaN stays NaN
+    case phi_kind::relu_eps: return (x < 0.0f ? 0.0f : x) + phi.eps;
     default: return x;
   }
 }

@@ -61,7 +61,8 @@ void softmax_kernel(Backend, const softmax_problem<T>&, const Logits&, const Val
  *                numerator only (A = softmax ⊙ C, not renormalised).
  *
  * out_s = Σ_t c_st e^{l_st − m_s} (v_t + a^V) / Σ_t e^{l_st − m_s} over visible t; a row with
- * no visible key is set to zero.
+ * no visible key is set to zero. A NaN visible logit (NaN in q, k or a bias; +∞ from overflow
+ * gives one as ∞ − ∞) makes its row NaN.
  */
 template <class T, class Logits, class ValueTerm, class Reweight>
 void softmax_kernel(reference, const softmax_problem<T>& p, const Logits& logits,
@@ -70,6 +71,8 @@ void softmax_kernel(reference, const softmax_problem<T>& p, const Logits& logits
   const index_t dv = p.v.cols;
   const index_t bt = std::max<index_t>(1, p.tile);
   constexpr T neg_inf = -std::numeric_limits<T>::infinity();
+  // max that propagates NaN (std::max drops a NaN second argument): a NaN logit reaches its row
+  const auto nan_max = [](T a, T b) { return a > b || std::isnan(a) ? a : b; };
 
   tile_t s_tile(bt, bt);
   tile_t acc(bt, dv);
@@ -103,9 +106,9 @@ void softmax_kernel(reference, const softmax_problem<T>& p, const Logits& logits
         T row_max = neg_inf;
         for (index_t j = 0; j < bk; ++j) {
           if (p.causal && p.k_positions[j0 + j] > s) S(i, j) = neg_inf;
-          row_max = std::max(row_max, S(i, j));
+          row_max = nan_max(row_max, S(i, j));
         }
-        const T m_new = std::max(m[i], row_max);
+        const T m_new = nan_max(m[i], row_max);  // NaN once any logit of the row was: sticks
         if (m_new == neg_inf) {  // nothing visible yet in this row
           S.row(i).setZero();
           continue;
@@ -143,7 +146,7 @@ void softmax_kernel(reference, const softmax_problem<T>& p, const Logits& logits
 
     for (index_t i = 0; i < bq; ++i) {
       T* o = p.out.row(i0 + i);
-      if (l[i] > T(0)) {
+      if (l[i] != T(0)) {  // NaN (a NaN or overflowing logit) divides through: a NaN row
         const T inv = T(1) / l[i];
         for (index_t j = 0; j < dv; ++j) o[j] = acc(i, j) * inv;
       } else {

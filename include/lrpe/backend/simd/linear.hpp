@@ -456,6 +456,9 @@ struct linear_run {
     for (index_t t = 0; t < W; ++t)
       for (index_t j = 0; j < W; ++j) dmask[t * W + j] = j <= t ? pw[t - j] : T(0);
     for (index_t j = 0; j < W; ++j) wfold[j] = pw[W - 1 - j];
+    alignas(64) T lane_index[W];
+    for (index_t j = 0; j < W; ++j) lane_index[j] = static_cast<T>(j);
+    const B lane = B::load_aligned(lane_index);
     T* kt = ws.get<T>(simd_workspace::k_packed, f * W);
     T* at = ws.get<T>(simd_workspace::s_tile, W * W);
     T* qt = ws.get<T>(simd_workspace::q_tile, f * W);
@@ -489,7 +492,9 @@ struct linear_run {
         }
         LRPE_UNROLL
         for (index_t t = 0; t < W; ++t) {
-          a[t] *= B::load_aligned(dmask + t * W);
+          // keys after row t cleared by a select, not only by D's zeros: 0·NaN would carry a
+          // NaN key back to the rows before it
+          a[t] = xsimd::select(lane <= B(T(t)), a[t] * B::load_aligned(dmask + t * W), B(T(0)));
           a[t].store_aligned(at + t * W);
           if (normalise) den[t] = compat::reduce_add(a[t]);
         }
@@ -746,10 +751,10 @@ bool vector_feature_map(const Phi& phi, const T* x, T* y, index_t d) {
   if constexpr (std::is_same_v<Phi, feature_maps::elu_plus_one>) {
     return run([](B v) { return xsimd::select(v > B(T(0)), v + B(T(1)), xsimd::exp(v)); }, phi);
   } else if constexpr (std::is_same_v<Phi, feature_maps::relu>) {
-    return run([](B v) { return xsimd::max(v, B(T(0))); }, phi);
+    return run([](B v) { return xsimd::select(v < B(T(0)), B(T(0)), v); }, phi);  // NaN stays NaN
   } else if constexpr (std::is_same_v<Phi, feature_maps::relu_eps>) {
     const B e(static_cast<T>(phi.eps));
-    return run([e](B v) { return xsimd::max(v, B(T(0))) + e; }, phi);
+    return run([e](B v) { return xsimd::select(v < B(T(0)), B(T(0)), v) + e; }, phi);
   } else if constexpr (std::is_same_v<Phi, feature_maps::identity>) {
     // An inline vector copy: a libc memcpy call per (short) row measured 5 % of causal linear attention.
     if (x == y) return true;

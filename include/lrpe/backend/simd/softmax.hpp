@@ -77,14 +77,15 @@ inline constexpr index_t round_up(index_t x, index_t m) noexcept { return (x + m
  * error ≤ 1.7·10⁻⁷ for x ≥ −126, measured on every 7th float), double: the degree-11 Taylor
  * polynomial (< 10⁻¹⁴). x is first clamped to −127 (double: −1023), where the exponent bits of
  * 2^n are all zero: exactly 0 for x < −126.5 (−1022.5), −∞ included, with no compare or
- * select; subnormal (≤ 2⁻¹²⁶) in between.
+ * select after the clamp; subnormal (≤ 2⁻¹²⁶) in between. NaN gives NaN.
  */
 template <class T, class A>
 inline xsimd::batch<T, A> exp2_nonpositive(xsimd::batch<T, A> x) noexcept {
   using B = xsimd::batch<T, A>;
   using I = xsimd::as_integer_t<T>;
   constexpr bool is_float = std::is_same_v<T, float>;
-  x = xsimd::max(x, B(is_float ? T(-127) : T(-1023)));
+  const B lo(is_float ? T(-127) : T(-1023));
+  x = xsimd::select(x < lo, lo, x);  // a NaN x stays NaN (and so does the result)
   const B n = xsimd::nearbyint(x);
   const B f = x - n;
   B p;
@@ -404,7 +405,7 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
   for (index_t i = 0; i < bq; ++i) {
     T* o = p.out.row(i0 + i);
     const T* src = ot + i * dvp;
-    if (l[i] > T(0)) {
+    if (l[i] != T(0)) {  // NaN (a NaN or overflowing logit) divides through: a NaN row
       const T inv = T(1) / l[i];
       for (index_t c = 0; c < sh.dv; ++c) o[c] = src[c] * inv;
     } else {
