@@ -74,7 +74,7 @@ inline constexpr index_t round_up(index_t x, index_t m) noexcept { return (x + m
 /**
  * 2^x for x ≤ 0 (softmax exponents): round-to-nearest split x = n + f, |f| ≤ 1/2, a polynomial
  * of 2^f, and 2^n from the exponent bits. Float: a degree-5 minimax polynomial (relative
- * error ≤ 1.7·10⁻⁷ for x ≥ −126, measured on every 7th float), double: the degree-11 Taylor
+ * error ≤ 1.73·10⁻⁷ for x ≥ −126, measured on every float), double: the degree-11 Taylor
  * polynomial (< 10⁻¹⁴). x is first clamped to −127 (double: −1023), where the exponent bits of
  * 2^n are all zero: exactly 0 for x < −126.5 (−1022.5), −∞ included, with no compare or
  * select after the clamp; subnormal (≤ 2⁻¹²⁶) in between. NaN gives NaN.
