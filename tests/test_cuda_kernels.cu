@@ -379,6 +379,68 @@ void check_linear() {
   }
 }
 
+/// Non-finite inputs (attention.md, "Errors"): a NaN in q at (b, row pq, head h) or in k at
+/// key pk must make exactly the rows that see it NaN; every other row must equal the clean
+/// launch's bit for bit. The CPU backends are tested for the same in test_simd_attention.
+template <class T>
+void check_nan_propagation() {
+  std::mt19937_64 rng(test_seed + 3);
+  const index_t b = 1, h = 2, d = 64, n = 150, pq = 5, pk = 70, hp = 1;
+  for (const bool causal : {false, true}) {
+    CAPTURE(causal);
+    tensor<T> q(b, n, h, d, rng), k(b, n, h, d, rng, 0.5), v(b, n, h, d, rng);
+    const auto clean_q = q.host, clean_k = k.host;
+    const auto element = [&](index_t row, index_t col) { return static_cast<std::size_t>((row * h + hp) * d + col); };
+    const auto check_rows = [&](const std::vector<double>& got, const std::vector<double>& clean, auto sees,
+                                const char* what) {
+      for (index_t i = 0; i < n; ++i) {
+        for (index_t hh = 0; hh < h; ++hh) {
+          bool all_nan = true, same = true;
+          for (index_t c = 0; c < d; ++c) {
+            const std::size_t e = static_cast<std::size_t>((i * h + hh) * d + c);
+            all_nan = all_nan && std::isnan(got[e]);
+            same = same && got[e] == clean[e];
+          }
+          CAPTURE(what);
+          CAPTURE(i);
+          CAPTURE(hh);
+          if (hh == hp && sees(i)) CHECK(all_nan);
+          else CHECK(same);
+        }
+      }
+    };
+    const auto softmax = [&](tensor<T>& out) {
+      cu::softmax_attention<T>(q.cview(), k.cview(), v.cview(), out.view(), lrpe::no_encoding{}, nullptr,
+                               cu::softmax_options{.causal = causal});
+      return out.download();
+    };
+    const auto linear = [&](tensor<T>& out) {
+      cu::linear_options opt;
+      opt.causal = causal;
+      cu::linear_attention<T>(q.cview(), k.cview(), v.cview(), out.view(), lrpe::no_encoding{},
+                              lrpe::feature_maps::relu{}, opt);
+      return out.download();
+    };
+    for (const bool soft : {true, false}) {
+      tensor<T> out(b, n, h, d);
+      q.dev = cu::device_buffer<T>(clean_q);
+      k.dev = cu::device_buffer<T>(clean_k);
+      const auto clean = soft ? softmax(out) : linear(out);
+      auto poisoned = clean_q;
+      poisoned[element(pq, 17)] = to_storage<T>(NAN);
+      q.dev = cu::device_buffer<T>(poisoned);
+      check_rows(soft ? softmax(out) : linear(out), clean, [&](index_t i) { return i == pq; },
+                 soft ? "softmax, NaN in q" : "linear, NaN in q");
+      q.dev = cu::device_buffer<T>(clean_q);
+      poisoned = clean_k;
+      poisoned[element(pk, 3)] = to_storage<T>(NAN);
+      k.dev = cu::device_buffer<T>(poisoned);
+      check_rows(soft ? softmax(out) : linear(out), clean, [&](index_t i) { return !causal || i >= pk; },
+                 soft ? "softmax, NaN in k" : "linear, NaN in k");
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE_TEMPLATE("cuda: flash-style softmax attention == CPU softmax_attention", T, float, __half, __nv_bfloat16) {
@@ -390,4 +452,10 @@ TEST_CASE_TEMPLATE("cuda: linear attention (non-causal, causal chunked, decay) =
                    __half, __nv_bfloat16) {
   if (!have_device()) return;
   check_linear<T>();
+}
+
+TEST_CASE_TEMPLATE("cuda: a NaN in q or k makes exactly the rows that see it NaN (softmax, linear)", T, float,
+                   __nv_bfloat16) {
+  if (!have_device()) return;
+  check_nan_propagation<T>();
 }
