@@ -12,6 +12,7 @@
 #include <complex>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -502,4 +503,100 @@ TEST_CASE("softmax: errors name the argument") {
   } catch (const lrpe::error& e) {
     MESSAGE(std::string(e.what()));
   }
+}
+
+TEST_CASE_TEMPLATE("positions: the extremes of int64 work; a difference t - s past int64 is an error naming the positions",
+                   T, float, double) {
+  constexpr position_t top = std::numeric_limits<position_t>::max();
+  constexpr position_t bottom = std::numeric_limits<position_t>::min();
+  constexpr index_t n = 5;
+  lrpe::generator g(7);
+  const rm<T> q = random_matrix<T>(g, n, 8), k = random_matrix<T>(g, n, 8), v = random_matrix<T>(g, n, 3);
+  rm<T> out(n, 3), at_zero(n, 3);
+  const lrpe::canonical::alibi<T> causal_alibi(8, {0.5});
+  const lrpe::canonical::alibi<T> symmetric_alibi(8, {0.5}, lrpe::canonical::alibi_form::symmetric);
+
+  // Only differences matter: the last rows at 2^63 − 1 give the result at 0 … n − 1, bit for bit.
+  lrpe::softmax_attention(q, k, v, at_zero, causal_alibi, lrpe::softmax_options<>{.causal = true});
+  lrpe::softmax_attention(q, k, v, out, causal_alibi,
+                          lrpe::softmax_options<>{.causal = true, .q_positions = top - (n - 1), .k_positions = top - (n - 1)});
+  CHECK(out == at_zero);
+  const lrpe::feature_maps::elu_plus_one phi;
+  const lrpe::linear_options decayed{.causal = true, .decay = 0.9};
+  lrpe::linear_attention(q, k, v, at_zero, lrpe::no_encoding{}, phi, decayed);
+  lrpe::linear_options decayed_top = decayed;
+  decayed_top.q_positions = decayed_top.k_positions = top - (n - 1);
+  lrpe::linear_attention(q, k, v, out, lrpe::no_encoding{}, phi, decayed_top);
+  CHECK(out == at_zero);
+
+  // A span of exactly 2^63 − 1 (queries from −2^63, keys up to −1): every key is ~9.2e18 away,
+  // so the symmetric bias weighs them equally: each row is the mean of v, finite, no overflow.
+  lrpe::softmax_attention(q, k, v, out, symmetric_alibi,
+                          lrpe::softmax_options<>{.q_positions = bottom, .k_positions = position_t{-n}});
+  const Eigen::Matrix<T, 1, Eigen::Dynamic> mean = v.colwise().mean();
+  for (index_t i = 0; i < n; ++i) CHECK((out.row(i) - mean).norm() <= T(1e-5) * (T(1) + mean.norm()));
+
+  const std::string where = "lrpe::softmax_attention: argument ";
+  // an offset whose last row passes 2^63 − 1
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention(q, k, v, out, causal_alibi, lrpe::softmax_options<>{.q_positions = top - 3}),
+                       (where + "'options.q_positions' must be an offset with offset + rows - 1 <= 2^63 - 1 (rows = 5); "
+                                "got 9223372036854775804").c_str(),
+                       lrpe::parameter_error);
+  // Q's own span, K's own span, K's against Q's
+  const std::vector<position_t> wide{0, bottom, 1, top, 2};
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention(q, k, v, out, causal_alibi, lrpe::softmax_options<>{.q_positions = wide}),
+                       (where + "'options.q_positions' must span at most 2^63 - 1 (every difference of two positions "
+                                "must fit in int64); got [-9223372036854775808, 9223372036854775807]").c_str(),
+                       lrpe::parameter_error);
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention(q, k, v, out, causal_alibi, lrpe::softmax_options<>{.k_positions = wide}),
+                       doctest::Contains("argument 'options.k_positions' must span at most 2^63 - 1"), lrpe::parameter_error);
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention(q, k, v, out, causal_alibi, lrpe::softmax_options<>{.k_positions = bottom}),
+                       (where + "'options.k_positions' must lie within 2^63 - 1 of options.q_positions = [0, 4] (every "
+                                "difference t - s must fit in int64); got [-9223372036854775808, "
+                                "-9223372036854775804]").c_str(),
+                       lrpe::parameter_error);
+  // linear attention: the same checks, and with a state its last position counts too
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention(q, k, v, out, lrpe::no_encoding{}, phi,
+                                              lrpe::linear_options{.q_positions = 0, .k_positions = bottom}),
+                       doctest::Contains("lrpe::linear_attention: argument 'options.k_positions' must lie within 2^63 - 1"),
+                       lrpe::parameter_error);
+  lrpe::linear_attention_state<T> st(8, 3, 0.9);
+  lrpe::linear_attention(q.topRows(1), k.topRows(1), v.topRows(1), out.topRows(1), lrpe::no_encoding{}, phi, st,
+                         lrpe::linear_options{.causal = true, .decay = 0.9, .q_positions = bottom, .k_positions = bottom});
+  REQUIRE(st.last_position() == bottom);
+  const auto saved = st.export_state().to_flat();
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention(q, k, v, out, lrpe::no_encoding{}, phi, st,
+                                              lrpe::linear_options{.causal = true, .decay = 0.9}),
+                       "lrpe::linear_attention: argument 'options.q_positions' must lie, with every position of the call, "
+                       "within 2^63 - 1 of state.last_position() = -9223372036854775808 (every difference t - last must "
+                       "fit in int64); got [0, 4] (the call's positions)",
+                       lrpe::parameter_error);
+  CHECK(st.export_state().to_flat() == saved);
+  // up to −1 is reachable from −2^63: the call runs
+  CHECK_NOTHROW(lrpe::linear_attention(q, k, v, out, lrpe::no_encoding{}, phi, st,
+                                       lrpe::linear_options{.causal = true, .decay = 0.9, .q_positions = position_t{-n},
+                                                            .k_positions = position_t{-n}}));
+  CHECK(st.last_position() == -1);
+
+  // multi-head segments with states: checked before any head runs
+  std::vector<T> buf(1 * 2 * n * 8, T(0.5)), obuf(buf.size());
+  const auto x = lrpe::bnsh<const T>(buf.data(), 1, 2, n, 8);
+  const auto o = lrpe::bnsh(obuf.data(), 1, 2, n, 8);
+  std::vector<lrpe::linear_attention_state<T>> states(2, lrpe::linear_attention_state<T>(8, 8, 1.0));
+  lrpe::linear_attention(x, x, x, o, lrpe::no_encoding{}, phi, states,
+                         lrpe::linear_options{.causal = true, .q_positions = bottom, .k_positions = bottom});
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention(x, x, x, o, lrpe::no_encoding{}, phi, states,
+                                              lrpe::linear_options{.causal = true, .q_positions = 0, .k_positions = 0}),
+                       doctest::Contains("lrpe::linear_attention (multi-head): argument 'options.q_positions' must lie, "
+                                         "with every position of the call, within 2^63 - 1 of states[0].last_position() "
+                                         "= -9223372036854775804"),
+                       lrpe::parameter_error);
+  for (const auto& s : states) CHECK(s.last_position() == bottom + (n - 1));
+
+  // canonical::score_matrix names its own arguments
+  CHECK_THROWS_WITH_AS((void)lrpe::canonical::score_matrix(causal_alibi, q, k, 0, bottom),
+                       doctest::Contains("argument 'kpos' must lie within 2^63 - 1 of qpos = [0, 4]"),
+                       lrpe::parameter_error);
+  const auto extreme = lrpe::canonical::score_matrix(causal_alibi, q, k, top - (n - 1), top - (n - 1));
+  CHECK(extreme == lrpe::canonical::score_matrix(causal_alibi, q, k));
 }

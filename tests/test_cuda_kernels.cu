@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <optional>
 #include <random>
 #include <string>
@@ -238,6 +239,19 @@ TEST_CASE("cuda: arguments are validated before any CUDA call") {
   CHECK_THROWS_AS(cu::linear_attention<float>(q, q, q, out, lrpe::no_encoding{}, lrpe::feature_maps::relu{},
                                               wrong_heads),
                   lrpe::shape_error);
+  // positions (offsets, checked on the host): a last row past 2^63 − 1; Q and K too far apart
+  cu::softmax_options far_q;
+  far_q.q_positions = cu::offset_positions(std::numeric_limits<lrpe::position_t>::max() - 3);
+  CHECK_THROWS_WITH_AS(cu::softmax_attention<float>(q, q, q, out, lrpe::no_encoding{}, nullptr, far_q),
+                       doctest::Contains("argument 'options.q_positions' must be an offset with offset + rows - 1 <= "
+                                         "2^63 - 1 (rows = 8)"),
+                       lrpe::parameter_error);
+  cu::linear_options apart;
+  apart.k_positions = cu::offset_positions(std::numeric_limits<lrpe::position_t>::min());
+  CHECK_THROWS_WITH_AS(cu::linear_attention<float>(q, q, q, out, lrpe::no_encoding{}, lrpe::feature_maps::relu{}, apart),
+                       doctest::Contains("argument 'options.k_positions' must lie within 2^63 - 1 of "
+                                         "options.q_positions = [0, 7]"),
+                       lrpe::parameter_error);
 }
 
 TEST_CASE_TEMPLATE("cuda: fused Q/K encoder == CPU encoder (every preset)", T, float, __half, __nv_bfloat16) {

@@ -350,6 +350,43 @@ TEST_CASE_TEMPLATE("simd softmax: a per-tile bias at positions near +-2^62 forms
   }
 }
 
+TEST_CASE_TEMPLATE("simd softmax and linear attention with the last row at 2^63 - 1: the result at 0, bit for bit", T,
+                   float, double) {
+  // Only differences of positions enter; under UBSan (the asan preset) any overflow aborts.
+  constexpr position_t top = std::numeric_limits<position_t>::max();
+  lrpe::generator g(92);
+  const index_t n = 150, d = 16;
+  const rm<T> q = random_matrix<T>(g, n, d), k = random_matrix<T>(g, n, d), v = random_matrix<T>(g, n, d);
+  rm<T> at_zero(n, d), out(n, d);
+  const lrpe::canonical::alibi<T> alibi(d, {0.125});
+  for (const bool causal : {true, false}) {
+    CAPTURE(causal);
+    lrpe::softmax_attention(q, k, v, at_zero, alibi, lrpe::softmax_options<>{.causal = causal}, lrpe::backend::simd<>{});
+    lrpe::softmax_attention(q, k, v, out, alibi,
+                            lrpe::softmax_options<>{.causal = causal, .q_positions = top - (n - 1), .k_positions = top - (n - 1)},
+                            lrpe::backend::simd<>{});
+    CHECK(out == at_zero);
+  }
+  // causal linear attention with decay: the general chunked kernel (chunk 7 on queries at other
+  // positions than the keys') and the one-vector-chunk self-attention kernel
+  const lrpe::feature_maps::elu_plus_one phi;
+  for (const index_t chunk : {index_t{7}, index_t{64}}) {
+    CAPTURE(chunk);
+    lrpe::linear_options o{.causal = true, .norm = lrpe::normalisation::denominator, .chunk = chunk, .decay = 0.97};
+    lrpe::linear_attention(q, k, v, at_zero, lrpe::no_encoding{}, phi, o, lrpe::backend::simd<>{});
+    o.q_positions = o.k_positions = top - (n - 1);
+    lrpe::linear_attention(q, k, v, out, lrpe::no_encoding{}, phi, o, lrpe::backend::simd<>{});
+    CHECK(out == at_zero);
+  }
+  // queries one step behind the keys' offset (not self-attention: the general kernel)
+  lrpe::linear_options o{.causal = true, .decay = 0.97, .q_positions = 1, .k_positions = 0};
+  lrpe::linear_attention(q, k, v, at_zero, lrpe::no_encoding{}, phi, o, lrpe::backend::simd<>{});
+  o.q_positions = top - (n - 1);
+  o.k_positions = top - n;
+  lrpe::linear_attention(q, k, v, out, lrpe::no_encoding{}, phi, o, lrpe::backend::simd<>{});
+  CHECK(out == at_zero);
+}
+
 TEST_CASE("simd softmax: a scale that overflows float is a domain_error naming options.scale") {
   lrpe::generator g(92);
   const rm<float> q = random_matrix<float>(g, 5, 8);

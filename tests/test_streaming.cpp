@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 namespace {
@@ -210,4 +211,31 @@ TEST_CASE("streaming: assign replaces S, z, position and count in place; bad arg
   st.assign(kv, 2, z, 100, 3);
   CHECK(st.last_position() == 9);
   CHECK(st.kv()(1, 0) == -1);
+}
+
+TEST_CASE("streaming: t - last must fit in int64") {
+  using T = double;
+  constexpr lrpe::position_t top = std::numeric_limits<lrpe::position_t>::max();
+  constexpr lrpe::position_t bottom = std::numeric_limits<lrpe::position_t>::min();
+  const lrpe::no_encoding none;
+  const lrpe::feature_maps::identity phi;
+  lrpe::linear_attention_state<T> st(4, 2, 0.5);
+  const T x[4] = {1, 2, 3, 4}, v[2] = {1, 1};
+  T out[2];
+  st.append(none, phi, x, v, bottom);
+  CHECK_THROWS_WITH_AS(st.append(none, phi, x, v, 0),
+                       "lrpe::linear_attention_state::append: argument 't' must be within 2^63 - 1 of last_position() = "
+                       "-9223372036854775808 (t - last must fit in int64); got 0",
+                       lrpe::parameter_error);
+  CHECK_THROWS_WITH_AS(st.query(none, phi, x, top, out), doctest::Contains("argument 's' must be within 2^63 - 1"),
+                       lrpe::parameter_error);
+  CHECK(st.count() == 1);
+  // the farthest reachable position: λ^(2^63 − 1) underflows to an exact 0
+  st.query(none, phi, x, -1, out);
+  CHECK(out[0] == 0);
+  CHECK(out[1] == 0);
+  st.append(none, phi, x, v, -1);
+  CHECK(st.last_position() == -1);
+  st.query(none, phi, x, -1, out);
+  CHECK(out[0] == 30);  // the old key decayed to 0: q·k of the new one, 1 + 4 + 9 + 16
 }

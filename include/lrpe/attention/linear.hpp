@@ -132,7 +132,7 @@ void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<c
     static_assert(std::is_same_v<typename Encoding::scalar, T>,
                   "lrpe::linear_attention: the encoder's scalar must be the scalar of q, k and v");
   }
-  validate_qkv(q, k, v, out, options.q_positions, options.k_positions, where);
+  const position_span span = validate_qkv(q, k, v, out, options.q_positions, options.k_positions, where);
   if constexpr (!std::is_same_v<Encoding, no_encoding>) require_encoding_dim<T>(encoding, q.cols, where);
   require_eps(options.eps, where);
   require_parameter(options.chunk >= 1, where, "options.chunk", "must be >= 1", options.chunk);
@@ -165,6 +165,8 @@ void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<c
                           lazy_concat("must be >= state.last_position() = ", state->last_position()),
                           options.k_positions[0]);
       }
+      require_within_span(span, state->last_position(), where,
+                          q.rows > 0 ? "options.q_positions" : "options.k_positions", "state");
     }
   }
   if (q.rows == 0 && k.rows == 0) return;
@@ -214,7 +216,8 @@ void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<c
  * kernel (`backend::linear_fused_kernel`: the SIMD backend for causal self-attention) needs
  * only a block of them.
  * @throws shape_error (shapes, widths), parameter_error (eps ≤ 0, chunk < 1, λ ∉ (0, 1],
- * λ < 1 without causal, decreasing positions in causal mode), domain_error (NaN eps or λ).
+ * λ < 1 without causal, decreasing positions in causal mode, a difference of two positions or
+ * of a position and the state's last one that does not fit in int64), domain_error (NaN eps or λ).
  */
 template <class Q, class K, class V, class O, class Encoding, class Phi, class Backend = backend::reference>
   requires detail::matrix_input<Q> && detail::matrix_input<K> && detail::matrix_input<V>

@@ -34,9 +34,10 @@ concept has_dim = requires(const E& e) {
   { e.dim() } -> std::convertible_to<index_t>;
 };
 
-/// Validation shared by softmax and linear attention: Q, K, V, out shapes and positions.
+/// Validation shared by softmax and linear attention: Q, K, V, out shapes and positions (every
+/// difference of two positions fits in int64). Returns the positions' span.
 template <class T>
-void validate_qkv(const matrix_view<const T>& q, const matrix_view<const T>& k,
+position_span validate_qkv(const matrix_view<const T>& q, const matrix_view<const T>& k,
                   const matrix_view<const T>& v, const matrix_view<T>& out, const positions& qp,
                   const positions& kp, const char* where) {
   validate(q, where, "q");
@@ -49,6 +50,7 @@ void validate_qkv(const matrix_view<const T>& q, const matrix_view<const T>& k,
   require_shape(out.cols == v.cols, where, "out.cols", lazy_concat("must equal v.cols = ", v.cols), out.cols);
   qp.require_rows(q.rows, where, "options.q_positions");
   kp.require_rows(k.rows, where, "options.k_positions");
+  return require_position_span(qp, q.rows, kp, k.rows, where);
 }
 
 template <class T, class E>
@@ -150,7 +152,8 @@ void encode_features_kernel(const Backend&, const Encoding& encoding, canonical:
  * Stable for logits of any finite magnitude (max-subtracted online softmax).
  * Scratch memory: O(tile·(tile + d_v)) plus, for encoders, the encoded Q and K (O(n·d)).
  * @throws shape_error on mismatched shapes, widths or position arrays; parameter_error if
- * `tile` < 1; domain_error if the scale is not finite.
+ * `tile` < 1 or some difference t − s of the positions does not fit in int64 (an offset's last
+ * row included); domain_error if the scale is not finite.
  */
 template <class Q, class K, class V, class O, class Encoding, class Reweight = no_reweighting,
           class Backend = backend::reference>

@@ -195,7 +195,7 @@ class linear_attention_state {
 
   /**
    * Folds one already-encoded key: S ← λ^{t−p} S + k̃ vᵀ, z ← λ^{t−p} z + k̃, p ← t.
-   * @throws parameter_error if t < last_position().
+   * @throws parameter_error if t < last_position(), or t − last_position() does not fit in int64.
    */
   void append_features(const T* k_features, const T* v, position_t t) {
     require_not_before(t, "lrpe::linear_attention_state::append", "t");
@@ -219,6 +219,7 @@ class linear_attention_state {
     if (m == 0) return;
     const position_t p_new = pos[first + m - 1];
     require_not_before(pos[first], "lrpe::linear_attention_state::append", "t");
+    if (!empty()) require_reachable(p_new, "lrpe::linear_attention_state::append", "t");
     rescale_to(p_new);
     if (decay_ == 1.0) {
       kv_.noalias() += k_features.transpose() * v;
@@ -248,7 +249,8 @@ class linear_attention_state {
   /**
    * Answers a query from already-encoded features: num = λ^{s−p} q̃ᵀS, den = λ^{s−p} q̃·z;
    * out = num (normalisation::none) or num / max(den, eps).
-   * @throws parameter_error if s < last_position() (keys after s would be visible).
+   * @throws parameter_error if s < last_position() (keys after s would be visible), or s −
+   * last_position() does not fit in int64.
    */
   void query_features(const T* q_features, position_t s, T* out, normalisation norm = normalisation::none,
                       double eps = 1e-6) const {
@@ -258,6 +260,7 @@ class linear_attention_state {
                                 detail::lazy_concat("must be >= last_position() = ", last_,
                                                " (a causal query cannot precede appended keys)"),
                                 s);
+      require_reachable(s, where, "s");
     }
     const index_t f = feature_dim(), dv = value_dim();
     const T w = empty() ? T(0) : static_cast<T>(decay_factor(s - last_));
@@ -289,7 +292,16 @@ class linear_attention_state {
     if (!empty()) {
       detail::require_parameter(t >= last_, where, arg,
                                 detail::lazy_concat("must be >= last_position() = ", last_, " (non-decreasing)"), t);
+      require_reachable(t, where, arg);
     }
+  }
+
+  /// t − last_position() must be a position_t (the decay λ^{t−last}); t ≥ last_position().
+  void require_reachable(position_t t, const char* where, const char* arg) const {
+    detail::require_parameter(detail::difference_fits(last_, t), where, arg,
+                              detail::lazy_concat("must be within 2^63 - 1 of last_position() = ", last_,
+                                                  " (t - last must fit in int64)"),
+                              t);
   }
 
   void rescale_to(position_t p) {

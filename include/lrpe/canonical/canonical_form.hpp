@@ -181,7 +181,8 @@ class canonical_form {
 /**
  * The n_q×n_k matrix of f_rel(q_i, k_j) of any relative encoding, with query row i at
  * `qpos[i]` and key row j at `kpos[j]` (for inspection and plots; O(n²) score calls).
- * @throws shape_error if the widths or position arrays do not match.
+ * @throws shape_error if the widths or position arrays do not match; parameter_error if some
+ * t − s does not fit in int64.
  */
 template <class V, class DQ, class DK>
   requires requires(const V& v, const typename V::scalar* x, position_t s) { v.score(x, s, x, s); v.dim(); }
@@ -195,6 +196,7 @@ template <class V, class DQ, class DK>
   detail::require_shape(kr.cols() == v.dim(), where, "k.cols", detail::lazy_concat("must equal dim() = ", v.dim()), kr.cols());
   qpos.require_rows(qr.rows(), where, "qpos");
   kpos.require_rows(kr.rows(), where, "kpos");
+  detail::require_position_span(qpos, qr.rows(), kpos, kr.rows(), where, "qpos", "kpos");
   dense_matrix<double> out(qr.rows(), kr.rows());
   for (index_t i = 0; i < qr.rows(); ++i)
     for (index_t j = 0; j < kr.rows(); ++j)

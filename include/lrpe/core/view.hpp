@@ -12,8 +12,12 @@
 #include <lrpe/detail/validate.hpp>
 #include <lrpe/core/traits.hpp>
 
+#include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <span>
 #include <type_traits>
+#include <utility>
 
 namespace lrpe {
 inline namespace v0 {
@@ -107,9 +111,19 @@ class positions {
     return positions(std::span<const position_t>(array_ + first, static_cast<std::size_t>(count)));
   }
 
-  /// Throws `shape_error` if this is an array whose length differs from `rows`.
+  /**
+   * Throws `shape_error` if this is an array whose length differs from `rows`, and
+   * `parameter_error` if this is an offset whose last row, `offset + rows − 1`, would pass the
+   * largest `position_t`.
+   */
   void require_rows(index_t rows, const char* where, const char* arg = "positions") const {
     if (is_array() && size_ != rows) detail::require_size(size_, rows, where, arg);
+    if (!is_array() && rows > 1 && offset_ > std::numeric_limits<position_t>::max() - (rows - 1)) {
+      detail::fail<parameter_error>(where, arg,
+                                    detail::lazy_concat("must be an offset with offset + rows - 1 <= 2^63 - 1 (rows = ",
+                                                        rows, ")"),
+                                    offset_);
+    }
   }
 
  private:
@@ -119,5 +133,72 @@ class positions {
   bool is_array_ = false;
 };
 
+namespace detail {
+
+/// True when `hi − lo` (lo ≤ hi) is a `position_t`: computed without overflow for any positions.
+constexpr bool difference_fits(position_t lo, position_t hi) noexcept {
+  return static_cast<std::uint64_t>(hi) - static_cast<std::uint64_t>(lo) <=
+         static_cast<std::uint64_t>(std::numeric_limits<position_t>::max());
+}
+
+/// The lowest and highest of rows 0 … rows − 1 (rows ≥ 1; an offset checked by `require_rows`).
+inline std::pair<position_t, position_t> position_bounds(const positions& p, index_t rows) noexcept {
+  if (!p.is_array()) return {p.offset(), p.offset() + (rows - 1)};
+  position_t lo = p[0], hi = p[0];
+  for (index_t i = 1; i < rows; ++i) {
+    lo = std::min(lo, p[i]);
+    hi = std::max(hi, p[i]);
+  }
+  return {lo, hi};
+}
+
+/// The lowest and highest position of one call (`empty` when it has no rows).
+struct position_span {
+  position_t lo = 0, hi = 0;
+  bool empty = true;
+};
+
+/**
+ * Every difference of two positions of one attention call, t − s (and a state's t − last, see
+ * `require_within_span`), must be a `position_t`: the relative encodings (bias(t − s), W_{t−s})
+ * and the decays λ^{t−s} are functions of it. Throws `parameter_error` naming the positions that
+ * reach too far: Q's own span, K's own, or K's against Q's. Returns the call's span. A scan of
+ * array positions (O(n_q + n_k)); offsets cost nothing.
+ */
+inline position_span require_position_span(const positions& qp, index_t nq, const positions& kp, index_t nk,
+                                           const char* where, const char* q_arg = "options.q_positions",
+                                           const char* k_arg = "options.k_positions") {
+  constexpr const char* too_wide = "must span at most 2^63 - 1 (every difference of two positions must fit in int64)";
+  position_span all;
+  const auto add = [&](const positions& p, index_t rows, const char* arg) {
+    if (rows == 0) return;
+    const auto [a, b] = position_bounds(p, rows);
+    if (!difference_fits(a, b)) fail<parameter_error>(where, arg, too_wide, concat("[", a, ", ", b, "]"));
+    if (!all.empty && !difference_fits(std::min(all.lo, a), std::max(all.hi, b))) {
+      fail<parameter_error>(where, arg,
+                            lazy_concat("must lie within 2^63 - 1 of ", q_arg, " = [", all.lo, ", ", all.hi,
+                                        "] (every difference t - s must fit in int64)"),
+                            concat("[", a, ", ", b, "]"));
+    }
+    all = all.empty ? position_span{a, b, false} : position_span{std::min(all.lo, a), std::max(all.hi, b), false};
+  };
+  add(qp, nq, q_arg);
+  add(kp, nk, k_arg);
+  return all;
+}
+
+/// Throws `parameter_error` (naming `arg`) unless every position of `span` is within 2^63 − 1 of
+/// a state's last position `last` (the decays λ^{t−last}).
+template <class Arg>
+void require_within_span(const position_span& span, position_t last, const char* where, const char* arg,
+                         Arg const& state_name) {
+  if (span.empty || difference_fits(std::min(span.lo, last), std::max(span.hi, last))) return;
+  fail<parameter_error>(where, arg,
+                        lazy_concat("must lie, with every position of the call, within 2^63 - 1 of ", state_name,
+                                    ".last_position() = ", last, " (every difference t - last must fit in int64)"),
+                        concat("[", span.lo, ", ", span.hi, "] (the call's positions)"));
+}
+
+}  // namespace detail
 }  // namespace v0
 }  // namespace lrpe

@@ -45,6 +45,20 @@ void validate_attention_views(const encoder_desc& enc, const device_view<const T
 }
 
 /**
+ * Host-side position checks shared by the attention launchers: an offset's last row must not
+ * pass 2^63 − 1, and when Q and K are both offsets every t − s must fit in int64 (as on the CPU
+ * backends). Device arrays are not read on the host: that their differences fit in int64 is
+ * the caller's precondition (docs/cuda.md).
+ */
+inline void validate_device_positions(const device_positions& qp, index_t nq, const device_positions& kp, index_t nk,
+                                      const char* where) {
+  const ::lrpe::positions hq(qp.offset), hk(kp.offset);
+  if (!qp.is_array()) hq.require_rows(nq, where, "options.q_positions");
+  if (!kp.is_array()) hk.require_rows(nk, where, "options.k_positions");
+  if (!qp.is_array() && !kp.is_array()) ::lrpe::detail::require_position_span(hq, nq, hk, nk, where);
+}
+
+/**
  * Loads and encodes `rows` rows (seq rows r0..r0+rows−1 of head (b, h)) into a shared tile
  * `tile[i·stride + c]` (c < feature_dim) with one warp per row; rows in [rows, tile_rows) are
  * zero; `pos[i]` gets each row's position. Call with the whole block; ends without a barrier.

@@ -315,6 +315,7 @@ void linear_launch(const encoder_desc& enc, device_feature_map phi, device_view<
                                     "must be 1 unless options.causal (the decay λ^{s−t} is defined for s ≥ t)",
                                     o.decay);
   if (q.rows() == 0) return;
+  validate_device_positions(o.q_positions, q.seq, o.k_positions, k.seq, where);
   if (o.causal && o.validate_positions) {
     require_non_decreasing(o.q_positions, q.seq, stream, where, "options.q_positions");
     require_non_decreasing(o.k_positions, k.seq, stream, where, "options.k_positions");

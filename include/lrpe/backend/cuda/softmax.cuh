@@ -162,6 +162,7 @@ void softmax_launch(const encoder_desc& enc, const device_bias* bias, device_vie
   constexpr const char* where = "lrpe::cuda::softmax_attention";
   validate_attention_views(enc, q, k, v, out, where);
   if (q.rows() == 0) return;
+  validate_device_positions(options.q_positions, q.seq, options.k_positions, k.seq, where);
 
   softmax_params p{};
   p.enc = enc;
