@@ -51,6 +51,7 @@ using lrpe::index_t;
 constexpr index_t heads = 8, d = 64;
 
 double g_fma_peak[3] = {0, 0, 0};  // GFLOP/s with 1 and 2 threads (index = threads)
+double g_copy_stream = 0, g_copy_l3 = 0;  // GB/s (bytes read + written) of the copy anchors
 
 // ------------------------------------------------------------------------------ anchors
 
@@ -117,6 +118,15 @@ void anchor_copy(benchmark::State& state) {
   }
   state.counters["GBps"] = benchmark::Counter(2.0 * static_cast<double>(bytes) * 1e-9,
                                               benchmark::Counter::kIsIterationInvariantRate);
+  const auto t0 = std::chrono::steady_clock::now();
+  constexpr int reps = 4;
+  for (int r = 0; r < reps; ++r) {
+    std::memcpy(dst.data(), src.data(), bytes);
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  (bytes > (64u << 20) ? g_copy_stream : g_copy_l3) = 2.0 * static_cast<double>(bytes) * reps / secs * 1e-9;  // the anchor of later kernels
 }
 
 // ------------------------------------------------------------------------------ inputs
@@ -138,9 +148,10 @@ long minflt() {
   return u.ru_minflt;
 }
 
-/// Times `call` (after one untimed warm-up call) and sets the common counters.
+/// Times `call` (after one untimed warm-up call) and sets the common counters; returns the
+/// seconds per call.
 template <class F>
-void run_timed(benchmark::State& state, double flops_per_call, int threads, F&& call) {
+double run_timed(benchmark::State& state, double flops_per_call, int threads, F&& call) {
   call();  // steady state: workspaces sized, pages touched
   const long f0 = minflt();
   const std::size_t a0 = g_big_allocs.load();
@@ -157,6 +168,7 @@ void run_timed(benchmark::State& state, double flops_per_call, int threads, F&& 
   state.counters["threads"] = threads;
   const double peak = g_fma_peak[threads];
   if (peak > 0) state.counters["frac_peak"] = flops_per_call * calls / secs * 1e-9 / peak;
+  return secs / calls;
 }
 
 double softmax_flops(index_t n, bool causal) {
@@ -179,6 +191,37 @@ void softmax_simd(benchmark::State& state) {
     lrpe::softmax_attention(in.view(in.q), in.view(in.k), in.view(in.v), in.view(in.out), lrpe::no_encoding{},
                             lrpe::softmax_options<>{.causal = causal}, policy);
   });
+}
+
+// Decode: one query row per head (position n − 1, causal) over a KV cache of n keys, 8 heads in
+// one multi-head call: arg 1 = 0 the reference backend, 1 the SIMD backend (its direct kernel:
+// K and V read once, unpacked). Memory-bound: `GBps` = the K and V bytes read per second,
+// `frac_copy` = GBps / the copy anchor whose size matches (L3 for caches of ≤ 16 MiB, else
+// STREAM; the anchors count bytes read and written).
+void softmax_decode(benchmark::State& state) {
+  const index_t n = state.range(0);
+  const bool simd = state.range(1) != 0;
+  inputs in(n);
+  const auto row = [](auto view) {  // the last row of every head
+    view.data += (view.seq - 1) * view.seq_stride;
+    view.seq = 1;
+    return view;
+  };
+  const lrpe::softmax_options<> opt{.causal = true, .q_positions = n - 1};
+  const auto call = [&] {
+    if (simd) {
+      lrpe::softmax_attention(row(in.view(in.q)), in.view(in.k), in.view(in.v), row(in.view(in.out)),
+                              lrpe::no_encoding{}, opt, lrpe::backend::simd<>{});
+    } else {
+      lrpe::softmax_attention(row(in.view(in.q)), in.view(in.k), in.view(in.v), row(in.view(in.out)),
+                              lrpe::no_encoding{}, opt);
+    }
+  };
+  const double per_call = run_timed(state, 4.0 * static_cast<double>(n) * d * heads, 1, call);
+  const double kv_bytes = 2.0 * static_cast<double>(n) * d * heads * sizeof(T);
+  state.counters["GBps"] = benchmark::Counter(kv_bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  const double anchor = kv_bytes <= double(16u << 20) ? g_copy_l3 : g_copy_stream;
+  if (anchor > 0) state.counters["frac_copy"] = kv_bytes / per_call * 1e-9 / anchor;
 }
 
 void softmax_simd_rope(benchmark::State& state) {  // end to end: encode Q and K (reference encoder path), then the kernel
@@ -355,6 +398,7 @@ BENCHMARK(softmax_simd)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(softmax_simd)->Args({16384, 0, 1})->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(softmax_simd_rope)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(softmax_decode)->ArgsProduct({{512, 4096, 16384}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(softmax_simd_alibi)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(softmax_reference)->ArgsProduct({{512, 2048, 4096}, {0, 1}})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(softmax_eigen)->Arg(512)->Arg(2048)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -163,6 +163,13 @@ def main():
                 best = min(x for x in (dec_simd, dec_mh) if x is not None)
                 print(f"decode, same, PyTorch {peer.removeprefix('linear_decode_')}: {fmt_r(per_token(sec))} us per token "
                       f"(x{fmt_r(ratio(sec, best))} of the faster SIMD decode)")
+    for n in (512, 4096, 16384):
+        sm_ref, sm_simd = t(f"softmax_decode/{n}/0"), t(f"softmax_decode/{n}/1")
+        if sm_simd is not None:
+            print(f"softmax decode, 8 heads, d = 64, a KV cache of n = {n}: {fmt_r(sm_simd * 1e6, 1)} us "
+                  f"per token on the SIMD backend (direct kernel), reference {fmt_r(None if sm_ref is None else sm_ref * 1e6, 1)} us "
+                  f"(x{fmt_r(ratio(sm_ref, sm_simd))}); K+V read at {fmt_r(c(f'softmax_decode/{n}/1', 'GBps'), 1)} GB/s, "
+                  f"{fmt_r(c(f'softmax_decode/{n}/1', 'frac_copy'))} of the matching copy anchor")
     for name, label in (("softmax_simd_rope/4096", "softmax causal with RoPE"),
                         ("softmax_simd_alibi/4096", "softmax causal with ALiBi")):
         if t(name) is not None:

@@ -263,6 +263,96 @@ TEST_CASE_TEMPLATE("softmax, reference and SIMD: a NaN or overflowing logit make
   }
 }
 
+TEST_CASE_TEMPLATE("simd softmax, the direct kernel (at most 8 query rows: decode steps) == reference", T, float,
+                   double) {
+  // nq = 1 … 9 (9 takes the tiled kernel), keys around the block of 4 vectors, widths that are
+  // not multiples of the vector, causal or not, offsets (a KV cache: queries after the keys) or
+  // arrays with repeats, no bias or ALiBi, K and V read through a row stride (a BSNH view).
+  static_assert(lrpe::backend::simd_detail::softmax_direct_max_rows == 8);
+  const std::uint64_t seed = 0x51D0'0020;
+  MESSAGE("seed = " << seed);
+  lrpe::generator g(seed);
+  const index_t nks[] = {1, 15, 16, 17, 31, 63, 64, 65, 129, 300};
+  const index_t dims[] = {1, 3, 16, 17, 33, 64, 80};
+  auto pick = [&](const auto& a) { return a[g.below(std::size(a))]; };
+  for (int i = 0; i < 120; ++i) {
+    const index_t nq = 1 + static_cast<index_t>(i % 9), nk = pick(nks), d = pick(dims), dv = pick(dims);
+    const bool causal = g.below(2) == 1, arrays = g.below(3) == 0, biased = g.below(2) == 1;
+    INFO("nq=" << nq << " nk=" << nk << " d=" << d << " dv=" << dv << " causal=" << causal << " arrays=" << arrays
+               << " bias=" << biased);
+    const index_t stride = d + 5, vstride = dv + 3;  // rows of a wider buffer
+    const rm<T> q = random_matrix<T>(g, nq, d), kb = random_matrix<T>(g, nk, stride), vb = random_matrix<T>(g, nk, vstride);
+    const lrpe::matrix_view<const T> k(kb.data(), nk, d, stride), v(vb.data(), nk, dv, vstride);
+    // queries: the last nq positions of the cache (some see fewer keys), or sorted arrays
+    const auto qp = sorted_positions(g, nq, static_cast<position_t>(g.below(static_cast<std::uint64_t>(nk) + 1)));
+    const auto kp = sorted_positions(g, nk, 0);
+    lrpe::softmax_options<> opt{.causal = causal};
+    if (arrays) {
+      opt.q_positions = lrpe::positions(std::span<const position_t>(qp));
+      opt.k_positions = lrpe::positions(std::span<const position_t>(kp));
+    } else {
+      opt.q_positions = nk - nq;
+    }
+    rm<T> ref(nq, dv), out(nq, dv);
+    out.setConstant(T(123));
+    if (biased) {
+      const lrpe::canonical::alibi<T> alibi(d, {0.25}, lrpe::canonical::alibi_form::symmetric);
+      lrpe::softmax_attention(q, k, v, ref, alibi, opt);
+      lrpe::softmax_attention(q, k, v, out, alibi, opt, lrpe::backend::simd<>{});
+    } else {
+      lrpe::softmax_attention(q, k, v, ref, lrpe::no_encoding{}, opt);
+      lrpe::softmax_attention(q, k, v, out, lrpe::no_encoding{}, opt, lrpe::backend::simd<>{});
+    }
+    CHECK(diff(out, ref) <= tolerance<T>());
+  }
+}
+
+TEST_CASE_TEMPLATE("simd softmax, the direct kernel: a pool, and a NaN reaches exactly the rows that see it", T, float,
+                   double) {
+  const index_t nk = 150, d = 64, dv = 24;
+  lrpe::generator g(0x5AA6);
+  const rm<T> q = random_matrix<T>(g, 8, d), k = random_matrix<T>(g, nk, d), v = random_matrix<T>(g, nk, dv);
+  // query positions: three rows before key 70, five after it
+  const std::vector<position_t> qp{10, 50, 69, 70, 71, 100, 148, 149};
+  const lrpe::softmax_options<> opt{.causal = true, .q_positions = qp};
+  rm<T> ref(8, dv), one(8, dv), two(8, dv);
+  lrpe::softmax_attention(q, k, v, ref, lrpe::no_encoding{}, opt);
+  lrpe::softmax_attention(q, k, v, one, lrpe::no_encoding{}, opt, lrpe::backend::simd<>{});
+  lrpe::backend::simd_threads pool(2);  // two groups of 4 rows
+  lrpe::softmax_attention(q, k, v, two, lrpe::no_encoding{}, opt, lrpe::backend::simd_policy<>{&pool});
+  CHECK(diff(one, ref) <= tolerance<T>());
+  CHECK(two == one);
+  const auto row_nan = [](const rm<T>& o, index_t i) {
+    for (index_t c = 0; c < o.cols(); ++c)
+      if (!std::isnan(o(i, c))) return false;
+    return true;
+  };
+  for (const bool offsets : {false, true}) {
+    lrpe::softmax_options<> o = opt;
+    if (offsets) o.q_positions = nk - 8;  // rows at 142 … 149: all see key 70
+    rm<T> clean(8, dv), out(8, dv);
+    lrpe::softmax_attention(q, k, v, clean, lrpe::no_encoding{}, o, lrpe::backend::simd<>{});
+    rm<T> kk = k;
+    kk(70, 3) = std::numeric_limits<T>::quiet_NaN();
+    lrpe::softmax_attention(q, kk, v, out, lrpe::no_encoding{}, o, lrpe::backend::simd<>{});
+    for (index_t i = 0; i < 8; ++i) {
+      INFO("offsets = " << offsets << ", k poisoned, row " << i);
+      if (offsets || qp[static_cast<std::size_t>(i)] >= 70) CHECK(row_nan(out, i));
+      else CHECK((out.row(i).array() == clean.row(i).array()).all());
+    }
+    for (const T poison : {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity()}) {
+      rm<T> qq = q;
+      qq(5, 17) = poison;
+      lrpe::softmax_attention(qq, k, v, out, lrpe::no_encoding{}, o, lrpe::backend::simd<>{});
+      for (index_t i = 0; i < 8; ++i) {
+        INFO("offsets = " << offsets << ", q poisoned with " << poison << ", row " << i);
+        if (i == 5) CHECK(row_nan(out, i));
+        else CHECK((out.row(i).array() == clean.row(i).array()).all());
+      }
+    }
+  }
+}
+
 TEST_CASE_TEMPLATE("simd softmax: Shaw value term and URPE reweighting fall back to the reference kernel", T, float,
                    double) {
   lrpe::generator g(11);

@@ -19,6 +19,9 @@
  *                            masked entries), α of the W rows by one exp2
  *     O   = α·O + P V         register-blocked R×(≤4W) micro-kernel
  *
+ * Calls of at most `softmax_direct_max_rows` query rows (decode steps over a KV cache) take the
+ * direct kernel instead (`softmax_direct`): K and V read as they are, no packing.
+ *
  * Memory: the packed K and V (O(n·d)) and per-thread tiles, all in a reused `simd_workspace`:
  * no allocation and no page fault per call in steady state. Encodings with a value term (Shaw)
  * or a URPE reweighting, and non-additive, non-linearizable scores (DeBERTa, Shaw, XL's direct
@@ -414,6 +417,176 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
   }
 }
 
+/**
+ * Query rows [i0, i0 + G) of the direct kernel, which reads K and V as they are (no packing):
+ * decode steps and short query blocks, where packing K and V (a pass over both) would cost more
+ * than the rows' own work. Per block of BK keys: S = Q̂Kᵀ by per-key dot products whose W partial
+ * sums are reduced W keys at a time (compat::haddp), bias and mask, the online softmax step per
+ * row, then O = α·O + P V with each V row loaded once for the G rows. Keys after every row of
+ * the group (causal, key positions an offset) are not read.
+ */
+template <index_t G, class T, class A, class Bias>
+void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>& q, const matrix_view<const T>& k,
+                         T qscale, const Bias& bias, index_t i0, simd_workspace& ws) {
+  using B = xsimd::batch<T, A>;
+  constexpr index_t W = static_cast<index_t>(B::size), BK = 4 * W, VU = 4;
+  constexpr T neg_inf = -std::numeric_limits<T>::infinity();
+  constexpr bool has_bias = !std::is_same_v<Bias, no_bias>;
+  const T log2e = std::numbers::log2e_v<T>;
+  const index_t d = q.cols, dv = p.v.cols, dw = d / W * W, dvw = dv / W * W, dvp = round_up(std::max<index_t>(dv, 1), W);
+  const index_t dp = round_up(std::max<index_t>(d, 1), W);
+  const bool k_offsets = !p.k_positions.is_array();
+
+  T* qt = ws.get<T>(simd_workspace::q_tile, G * dp);
+  T* st = ws.get<T>(simd_workspace::s_tile, G * BK);
+  T* ot = ws.get<T>(simd_workspace::o_tile, G * dvp);
+  position_t qpos[G];
+  T m[G], l[G], alpha[G];
+  for (index_t r = 0; r < G; ++r) {
+    const T* src = q.row(i0 + r);
+    for (index_t c = 0; c < d; ++c) qt[r * dp + c] = src[c] * qscale;
+    std::fill(qt + r * dp + d, qt + (r + 1) * dp, T(0));
+    std::fill(ot + r * dvp, ot + (r + 1) * dvp, T(0));
+    qpos[r] = p.q_positions[i0 + r];
+    m[r] = neg_inf;
+    l[r] = T(0);
+  }
+  // causal with keys at k0, k0 + 1, …: the keys after the group's last query are never read
+  index_t n_vis = p.nk;
+  if (p.causal && k_offsets && p.nk > 0) {
+    position_t q_max = qpos[0];
+    for (index_t r = 1; r < G; ++r) q_max = std::max(q_max, qpos[r]);
+    n_vis = visible_prefix(q_max, p.k_positions[0], p.nk);
+  }
+
+  for (index_t j0 = 0; j0 < n_vis; j0 += BK) {
+    const index_t bk = std::min(BK, n_vis - j0);
+    // S = Q̂Kᵀ: per key W partial sums, reduced W keys at a time; the K block stays in L1 for
+    // the group's other rows
+    for (index_t r = 0; r < G; ++r) {
+      const T* qr = qt + r * dp;
+      T* sr = st + r * BK;
+      for (index_t u = 0; u * W < bk; ++u) {
+        // W independent accumulators, one per key (a key past the block reads the block's last
+        // key; the mask below discards it)
+        const index_t last = bk - 1 - u * W;
+        const index_t ks = k.row_stride;
+        B part[W];
+        for (index_t jj = 0; jj < W; ++jj) part[jj] = B(T(0));
+        if (last >= W - 1) {
+          for (index_t c = 0; c < dw; c += W) {
+            const B qc = B::load_aligned(qr + c);
+            const T* kr = k.row(j0 + u * W) + c;
+            for (index_t jj = 0; jj < W; ++jj, kr += ks) part[jj] = xsimd::fma(qc, B::load_unaligned(kr), part[jj]);
+          }
+        } else {
+          for (index_t c = 0; c < dw; c += W) {
+            const B qc = B::load_aligned(qr + c);
+            for (index_t jj = 0; jj <= last; ++jj)
+              part[jj] = xsimd::fma(qc, B::load_unaligned(k.row(j0 + u * W + jj) + c), part[jj]);
+          }
+        }
+        compat::haddp(part).store_aligned(sr + u * W);
+      }
+      if (dw < d) {  // the last d mod W features
+        for (index_t j = 0; j < bk; ++j) {
+          const T* kr = k.row(j0 + j);
+          T t = 0;
+          for (index_t c = dw; c < d; ++c) t += qr[c] * kr[c];
+          sr[j] += t;
+        }
+      }
+      if constexpr (has_bias) {
+        for (index_t j = 0; j < bk; ++j) sr[j] += log2e * static_cast<T>(bias->bias(qpos[r], p.k_positions[j0 + j]));
+      }
+      // mask: keys past the block and, when causal, keys after the row
+      index_t cut = bk;
+      if (p.causal && k_offsets) cut = visible_prefix(qpos[r], p.k_positions[j0], bk);
+      std::fill(sr + cut, sr + BK, neg_inf);
+      if (p.causal && !k_offsets) {
+        for (index_t j = 0; j < bk; ++j)
+          if (p.k_positions[j0 + j] > qpos[r]) sr[j] = neg_inf;
+      }
+      // online softmax step
+      B mx = B::load_aligned(sr);
+      for (index_t u = 1; u < 4; ++u) mx = xsimd::max(mx, B::load_aligned(sr + u * W));
+      const T m_new = std::max(m[r], compat::reduce_max(mx));
+      const T shift = m_new == neg_inf ? T(0) : m_new;  // nothing visible yet: P = 0, α = 0
+      const T a = std::exp2(m[r] - shift);
+      B sum(T(0));
+      for (index_t u = 0; u < 4; ++u) {
+        const B e = exp2_nonpositive<T, A>(B::load_aligned(sr + u * W) - B(shift));
+        e.store_aligned(sr + u * W);
+        sum += e;
+      }
+      l[r] = a * l[r] + compat::reduce_add(sum);
+      m[r] = m_new;
+      alpha[r] = a;
+    }
+    // O = α·O + P V: VU column vectors of the G rows in registers, each V row loaded once
+    for (index_t c0 = 0; c0 < dvw; c0 += VU * W) {
+      const index_t vu = std::min(VU, (dvw - c0) / W);
+      B acc[G][VU];
+      for (index_t r = 0; r < G; ++r)
+        for (index_t u = 0; u < VU; ++u)
+          acc[r][u] = u < vu ? B(alpha[r]) * B::load_aligned(ot + r * dvp + c0 + u * W) : B(T(0));
+      for (index_t j = 0; j < bk; ++j) {
+        const T* vr = p.v.row(j0 + j) + c0;
+        B vb[VU];
+        for (index_t u = 0; u < VU; ++u) vb[u] = u < vu ? B::load_unaligned(vr + u * W) : B(T(0));
+        for (index_t r = 0; r < G; ++r) {
+          const B pj(st[r * BK + j]);
+          for (index_t u = 0; u < VU; ++u) acc[r][u] = xsimd::fma(pj, vb[u], acc[r][u]);
+        }
+      }
+      for (index_t r = 0; r < G; ++r)
+        for (index_t u = 0; u < vu; ++u) acc[r][u].store_aligned(ot + r * dvp + c0 + u * W);
+    }
+    for (index_t c = dvw; c < dv; ++c) {  // the last dv mod W columns
+      for (index_t r = 0; r < G; ++r) {
+        T o = alpha[r] * ot[r * dvp + c];
+        for (index_t j = 0; j < bk; ++j) o += st[r * BK + j] * p.v.row(j0 + j)[c];
+        ot[r * dvp + c] = o;
+      }
+    }
+  }
+
+  for (index_t r = 0; r < G; ++r) {
+    T* o = p.out.row(i0 + r);
+    if (l[r] != T(0)) {  // NaN (a NaN or overflowing logit) divides through: a NaN row
+      const T inv = T(1) / l[r];
+      for (index_t c = 0; c < dv; ++c) o[c] = ot[r * dvp + c] * inv;
+    } else {
+      for (index_t c = 0; c < dv; ++c) o[c] = T(0);
+    }
+  }
+}
+
+/// Query blocks of at most this many rows take the direct kernel (no packing of K and V).
+inline constexpr index_t softmax_direct_max_rows = 8;
+
+/// The direct kernel over all rows, G = 4 at a time (on the pool when there are several groups).
+template <class T, class A, class Bias>
+void softmax_direct(const softmax_problem<T>& p, const matrix_view<const T>& q, const matrix_view<const T>& k,
+                    T qscale, const Bias& bias, resources res) {
+  constexpr index_t G = 4;
+  const index_t groups = (p.nq + G - 1) / G;
+  const auto group = [&](index_t g, simd_workspace& ws) {
+    const index_t i0 = g * G;
+    switch (std::min(G, p.nq - i0)) {
+      case 1: softmax_direct_rows<1, T, A>(p, q, k, qscale, bias, i0, ws); break;
+      case 2: softmax_direct_rows<2, T, A>(p, q, k, qscale, bias, i0, ws); break;
+      case 3: softmax_direct_rows<3, T, A>(p, q, k, qscale, bias, i0, ws); break;
+      default: softmax_direct_rows<4, T, A>(p, q, k, qscale, bias, i0, ws); break;
+    }
+  };
+  if (res.pool == nullptr || groups < 2) {
+    for (index_t g = 0; g < groups; ++g) group(g, *res.ws);
+    return;
+  }
+  res.pool->run(groups, [&](index_t item, int t) { group(item, t == 0 ? *res.ws : res.pool->workspace(t)); });
+}
+
 /// The whole call: pack K and V on `res.ws`, then the query tiles (on the pool if any).
 template <class T, class A, class Bias>
 void softmax_simd(const softmax_problem<T>& p, const matrix_view<const T>& q, const matrix_view<const T>& k,
@@ -424,6 +597,16 @@ void softmax_simd(const softmax_problem<T>& p, const matrix_view<const T>& q, co
   const index_t dvp = round_up(std::max<index_t>(dv, 1), W);
   const index_t tiles = (nk + BK - 1) / BK;
   simd_workspace& ws = *res.ws;
+  const T qscale = scale * std::numbers::log2e_v<T>;
+  if (!std::isfinite(qscale)) {  // a finite scale within a factor log2(e) of T's largest value
+    lrpe::detail::fail<domain_error>("lrpe::softmax_attention (simd backend)", "options.scale",
+                                     "must be at most max(T) / log2(e) in magnitude (the kernel folds log2(e) into it)",
+                                     scale);
+  }
+  if (p.nq <= softmax_direct_max_rows) {  // decode steps, short blocks: no packing
+    softmax_direct<T, A>(p, q, k, qscale, bias, res);
+    return;
+  }
 
   T* kp = ws.get<T>(simd_workspace::k_packed, tiles * d * BK);
   T* vp = ws.get<T>(simd_workspace::v_packed, std::max<index_t>(nk, 1) * dvp);
@@ -449,12 +632,6 @@ void softmax_simd(const softmax_problem<T>& p, const matrix_view<const T>& q, co
   }
 
   const softmax_shared<T> sh{kp, vp, kb, d, dv, dvp, nk, tiles};
-  const T qscale = scale * std::numbers::log2e_v<T>;
-  if (!std::isfinite(qscale)) {  // a finite scale within a factor log2(e) of T's largest value
-    lrpe::detail::fail<domain_error>("lrpe::softmax_attention (simd backend)", "options.scale",
-                                     "must be at most max(T) / log2(e) in magnitude (the kernel folds log2(e) into it)",
-                                     scale);
-  }
   const index_t qtiles = (p.nq + BQ - 1) / BQ;
   if (res.pool == nullptr || qtiles < 2) {
     for (index_t it = 0; it < qtiles; ++it) softmax_query_tile<T, A>(p, q, qscale, bias, sh, it * BQ, ws);
