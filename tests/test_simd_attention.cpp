@@ -552,6 +552,66 @@ TEST_CASE("simd: two threads sharing one pool get the results of a pool each") {
   CHECK(wrong_b == 0);
 }
 
+TEST_CASE_TEMPLATE("softmax decode with grouped K/V: the group's rows in one call == each head's own call", T, float,
+                   double) {
+  // One query row per head over a cache of 70 keys: the multi-head call runs each K/V head's
+  // query heads as the rows of one call (shared encodings only); rows are independent, so on
+  // the SIMD backend it must equal the single-head calls bit for bit, any layout, with a pool.
+  const index_t B = 2, H = 6, N = 70, D = 16;
+  lrpe::backend::simd_threads pool(2);
+  const lrpe::rope_neox<T> rope(D);
+  const lrpe::canonical::alibi<T> alibi = lrpe::canonical::alibi<T>::for_heads(D, H);  // per head: not grouped
+  lrpe::generator g(0x6A0);
+  for (const index_t kv_heads : {index_t{2}, index_t{1}}) {
+    for (const bool bsnh : {false, true}) {
+      for (const bool array : {false, true}) {
+        CAPTURE(kv_heads);
+        CAPTURE(bsnh);
+        CAPTURE(array);
+        std::vector<T> q(static_cast<std::size_t>(B * H * D)), k(static_cast<std::size_t>(B * kv_heads * N * D)),
+            v(k.size());
+        for (auto* buf : {&q, &k, &v})
+          for (auto& x : *buf) x = static_cast<T>(g.normal());
+        const auto view = [&](std::vector<T>& buf, index_t heads, index_t n) {
+          return bsnh ? lrpe::bsnh(buf.data(), B, n, heads, D) : lrpe::bnsh(buf.data(), B, heads, n, D);
+        };
+        const std::vector<position_t> at{N - 3};
+        lrpe::softmax_options<> opt{.causal = true};
+        if (array) opt.q_positions = at;
+        else opt.q_positions = N - 1;
+        const auto check_with = [&](const auto& enc, auto backend, double tol = 0) {
+          std::vector<T> out(q.size(), T(NAN)), each(q.size(), T(NAN));
+          const auto ov = view(out, H, 1), ev = view(each, H, 1);
+          lrpe::softmax_attention(view(q, H, 1), view(k, kv_heads, N), view(v, kv_heads, N), ov, enc, opt, backend);
+          const auto qv = lrpe::detail::as_const_heads(view(q, H, 1));
+          const auto kv = lrpe::detail::as_const_heads(view(k, kv_heads, N));
+          const auto vv = lrpe::detail::as_const_heads(view(v, kv_heads, N));
+          for (index_t b = 0; b < B; ++b)
+            for (index_t h = 0; h < H; ++h) {
+              const index_t hk = h / (H / kv_heads);
+              lrpe::softmax_attention(qv.head(b, h), kv.head(b, hk), vv.head(b, hk), ev.head(b, h),
+                                      lrpe::detail::head_encoding(enc, h, H, "test"), opt, backend);
+            }
+          double worst = 0;
+          for (std::size_t i = 0; i < out.size(); ++i) worst = std::max(worst, std::abs(double(out[i]) - double(each[i])));
+          CHECK(worst <= tol);
+        };
+        INFO("no encoding, reference");
+        // the reference backend's Eigen products sum in another order for several rows than for one
+        check_with(lrpe::no_encoding{}, lrpe::backend::reference{}, tolerance<T>());
+        INFO("no encoding, simd");
+        check_with(lrpe::no_encoding{}, lrpe::backend::simd<>{});
+        INFO("rope, simd");
+        check_with(rope, lrpe::backend::simd<>{});
+        INFO("rope, pool");
+        check_with(rope, lrpe::backend::simd_policy<>{&pool});
+        INFO("alibi, simd");
+        check_with(alibi, lrpe::backend::simd<>{});
+      }
+    }
+  }
+}
+
 TEST_CASE_TEMPLATE("simd grouped-query attention == K and V repeated, on a 2-thread pool", T, float, double) {
   // 6 query heads over 2 K/V heads: softmax with RoPE, causal linear with per-head decays,
   // BSNH; the grouped call and the repeated one run the same kernels on the same values

@@ -15,7 +15,9 @@
 #include <lrpe/attention/linear.hpp>
 #include <lrpe/attention/softmax.hpp>
 #include <lrpe/attention/state.hpp>
+#include <lrpe/detail/small_buffer.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <iterator>
 #include <ranges>
@@ -133,6 +135,12 @@ decltype(auto) head_encoding(const E& e, index_t h, index_t heads, const char* w
   }
 }
 
+/// True when `E` is one encoding shared by every head (not a per-head table, callable or range).
+template <class E>
+inline constexpr bool shared_encoding_v =
+    !multi_head_table<E> && !std::is_invocable_v<const E&, index_t> &&
+    !(std::ranges::random_access_range<const E> && std::ranges::sized_range<const E>);
+
 template <class T>
 heads_view<const T> as_const_heads(const heads_view<T>& x) noexcept {
   return {x.data, x.batch, x.heads, x.seq, x.dim, x.batch_stride, x.head_stride, x.seq_stride};
@@ -178,6 +186,30 @@ void softmax_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const h
   detail::require_kv_heads(q, k, where, "k");
   detail::require_same_bh(k, v, where, "v");
   detail::require_same_bh(q, out, where, "out");
+  // Decode with grouped K/V (GQA, MQA): one query row per head and one encoding for every head.
+  // The group's query heads are the rows of one call over their K/V head, which is then read
+  // (and encoded) once per group instead of once per query head. Rows are independent: the
+  // result is the per-head calls' (bit for bit on the SIMD backend; to rounding on the
+  // reference, whose Eigen products sum several rows in another order than one).
+  const index_t group = k.heads > 0 ? q.heads / k.heads : 1;
+  if constexpr (detail::shared_encoding_v<Encodings> && !detail::multi_head_table<Reweight>) {
+    options.q_positions.require_rows(q.seq, where, "options.q_positions");
+    if (group > 1 && q.seq == 1 && q.head_stride >= q.dim && out.head_stride >= out.dim) {
+      detail::small_buffer<position_t, 64> at(group);  // every row at the token's position
+      std::fill(at.data(), at.data() + group, options.q_positions[0]);
+      softmax_options<Reweight> group_options = options;
+      group_options.q_positions = positions(std::span<const position_t>(at.data(), static_cast<std::size_t>(group)));
+      for_each_head(backend, k.heads * q.batch, [&](index_t item, const auto& head_backend) {
+        const index_t hk = item / q.batch, b = item % q.batch, h0 = hk * group;
+        const matrix_view<const TQ> rows(q.data + b * q.batch_stride + h0 * q.head_stride, group, q.dim, q.head_stride);
+        const matrix_view<T> out_rows(out.data + b * out.batch_stride + h0 * out.head_stride, group, out.dim,
+                                      out.head_stride);
+        softmax_attention(rows, detail::as_const_heads(k).head(b, hk), detail::as_const_heads(v).head(b, hk), out_rows,
+                          encodings, group_options, head_backend);
+      });
+      return;
+    }
+  }
   // (b, h) pairs, h-major; a backend may run them on several threads (backend::for_each_head)
   for_each_head(backend, q.heads * q.batch, [&](index_t item, const auto& head_backend) {
     const index_t h = item / q.batch, b = item % q.batch, hk = detail::kv_head(q, k, h);
