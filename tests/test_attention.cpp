@@ -567,9 +567,18 @@ TEST_CASE_TEMPLATE("positions: the extremes of int64 work; a difference t - s pa
   const auto saved = st.export_state().to_flat();
   CHECK_THROWS_WITH_AS(lrpe::linear_attention(q, k, v, out, lrpe::no_encoding{}, phi, st,
                                               lrpe::linear_options{.causal = true, .decay = 0.9}),
-                       "lrpe::linear_attention: argument 'options.q_positions' must lie, with every position of the call, "
-                       "within 2^63 - 1 of state.last_position() = -9223372036854775808 (every difference t - last must "
-                       "fit in int64); got [0, 4] (the call's positions)",
+                       "lrpe::linear_attention: argument 'options.q_positions' must lie within 2^63 - 1 of "
+                       "state.last_position() = -9223372036854775808 (every difference t - last must fit in int64); "
+                       "got [0, 4]",
+                       lrpe::parameter_error);
+  CHECK(st.export_state().to_flat() == saved);
+  // the positions that reach too far are named: here K's (Q at −2^63 + 5 … is within 2^63 − 1 of
+  // both the last position and K)
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention(q, k, v, out, lrpe::no_encoding{}, phi, st,
+                                              lrpe::linear_options{.causal = true, .decay = 0.9,
+                                                                   .q_positions = bottom + 5, .k_positions = 0}),
+                       doctest::Contains("argument 'options.k_positions' must lie within 2^63 - 1 of "
+                                         "state.last_position()"),
                        lrpe::parameter_error);
   CHECK(st.export_state().to_flat() == saved);
   // up to −1 is reachable from −2^63: the call runs
@@ -587,9 +596,8 @@ TEST_CASE_TEMPLATE("positions: the extremes of int64 work; a difference t - s pa
                          lrpe::linear_options{.causal = true, .q_positions = bottom, .k_positions = bottom});
   CHECK_THROWS_WITH_AS(lrpe::linear_attention(x, x, x, o, lrpe::no_encoding{}, phi, states,
                                               lrpe::linear_options{.causal = true, .q_positions = 0, .k_positions = 0}),
-                       doctest::Contains("lrpe::linear_attention (multi-head): argument 'options.q_positions' must lie, "
-                                         "with every position of the call, within 2^63 - 1 of states[0].last_position() "
-                                         "= -9223372036854775804"),
+                       doctest::Contains("lrpe::linear_attention (multi-head): argument 'options.q_positions' must lie "
+                                         "within 2^63 - 1 of states[0].last_position() = -9223372036854775804"),
                        lrpe::parameter_error);
   for (const auto& s : states) CHECK(s.last_position() == bottom + (n - 1));
 

@@ -457,6 +457,19 @@ TEST_CASE_TEMPLATE("simd softmax and linear attention with the last row at 2^63 
                             lrpe::backend::simd<>{});
     CHECK(out == at_zero);
   }
+  // the other end: first rows at −2^63 (the tiled kernel's per-diagonal bias table must not
+  // form positions below the call's; UBSan aborts if it does)
+  constexpr position_t bottom = std::numeric_limits<position_t>::min();
+  const lrpe::canonical::alibi<T> symmetric(d, {0.125}, lrpe::canonical::alibi_form::symmetric);
+  for (const bool causal : {true, false}) {
+    CAPTURE(causal);
+    lrpe::softmax_attention(q, k, v, at_zero, symmetric, lrpe::softmax_options<>{.causal = causal},
+                            lrpe::backend::simd<>{});
+    lrpe::softmax_attention(q, k, v, out, symmetric,
+                            lrpe::softmax_options<>{.causal = causal, .q_positions = bottom, .k_positions = bottom},
+                            lrpe::backend::simd<>{});
+    CHECK(out == at_zero);
+  }
   // causal linear attention with decay: the general chunked kernel (chunk 7 on queries at other
   // positions than the keys') and the one-vector-chunk self-attention kernel
   const lrpe::feature_maps::elu_plus_one phi;

@@ -238,4 +238,17 @@ TEST_CASE("streaming: t - last must fit in int64") {
   CHECK(st.last_position() == -1);
   st.query(none, phi, x, -1, out);
   CHECK(out[0] == 30);  // the old key decayed to 0: q·k of the new one, 1 + 4 + 9 + 16
+
+  // a block of keys: its own span, and non-decreasing positions, checked even on an empty state
+  lrpe::linear_attention_state<T> fresh(2, 2, 0.5);
+  const lrpe::row_matrix<T> ones = lrpe::row_matrix<T>::Ones(2, 2), three = lrpe::row_matrix<T>::Ones(3, 2);
+  const std::vector<lrpe::position_t> wide{bottom, top}, back{0, -1, 2};
+  CHECK_THROWS_WITH_AS(fresh.append_block(ones, ones, lrpe::positions(wide), 0),
+                       doctest::Contains("argument 't' must span at most 2^63 - 1"), lrpe::parameter_error);
+  CHECK_THROWS_WITH_AS(fresh.append_block(three, three, lrpe::positions(back), 0),
+                       doctest::Contains("argument 't' must be non-decreasing within a block"), lrpe::parameter_error);
+  CHECK(fresh.empty());
+  const std::vector<lrpe::position_t> far{bottom, -1};
+  fresh.append_block(ones, ones, lrpe::positions(far), 0);  // a span of exactly 2^63 − 1
+  CHECK(fresh.last_position() == -1);
 }

@@ -132,7 +132,7 @@ void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<c
     static_assert(std::is_same_v<typename Encoding::scalar, T>,
                   "lrpe::linear_attention: the encoder's scalar must be the scalar of q, k and v");
   }
-  const position_span span = validate_qkv(q, k, v, out, options.q_positions, options.k_positions, where);
+  const call_span span = validate_qkv(q, k, v, out, options.q_positions, options.k_positions, where);
   if constexpr (!std::is_same_v<Encoding, no_encoding>) require_encoding_dim<T>(encoding, q.cols, where);
   require_eps(options.eps, where);
   require_parameter(options.chunk >= 1, where, "options.chunk", "must be >= 1", options.chunk);
@@ -165,8 +165,7 @@ void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<c
                           lazy_concat("must be >= state.last_position() = ", state->last_position()),
                           options.k_positions[0]);
       }
-      require_within_span(span, state->last_position(), where,
-                          q.rows > 0 ? "options.q_positions" : "options.k_positions", "state");
+      require_within_span(span, state->last_position(), where, "state");
     }
   }
   if (q.rows == 0 && k.rows == 0) return;

@@ -241,7 +241,7 @@ void check_head_states(const heads_view<TQ>& q, const heads_view<TK>& k, const h
   require_parameter(options.causal, where, "options.causal", "must be true when states are given", "false");
   options.q_positions.require_rows(q.seq, where, "options.q_positions");
   options.k_positions.require_rows(k.seq, where, "options.k_positions");
-  const position_span span = require_position_span(options.q_positions, q.seq, options.k_positions, k.seq, where);
+  const call_span span = require_position_span(options.q_positions, q.seq, options.k_positions, k.seq, where);
   const bool per_head = !options.head_decays.empty();
   for (index_t h = 0; h < q.heads; ++h) {
     const auto& encoding = head_encoding(encodings, h, q.heads, where);
@@ -274,8 +274,7 @@ void check_head_states(const heads_view<TQ>& q, const heads_view<TK>& k, const h
                           lazy_concat("must be >= states[", i, "].last_position() = ", st.last_position()),
                           options.k_positions[0]);
       }
-      require_within_span(span, st.last_position(), where, q.seq > 0 ? "options.q_positions" : "options.k_positions",
-                          lazy_concat("states[", i, "]"));
+      require_within_span(span, st.last_position(), where, lazy_concat("states[", i, "]"));
     }
   }
 }

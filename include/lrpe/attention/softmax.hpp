@@ -35,9 +35,9 @@ concept has_dim = requires(const E& e) {
 };
 
 /// Validation shared by softmax and linear attention: Q, K, V, out shapes and positions (every
-/// difference of two positions fits in int64). Returns the positions' span.
+/// difference of two positions fits in int64). Returns the positions' spans.
 template <class T>
-position_span validate_qkv(const matrix_view<const T>& q, const matrix_view<const T>& k,
+call_span validate_qkv(const matrix_view<const T>& q, const matrix_view<const T>& k,
                   const matrix_view<const T>& v, const matrix_view<T>& out, const positions& qp,
                   const positions& kp, const char* where) {
   validate(q, where, "q");

@@ -212,14 +212,24 @@ class linear_attention_state {
   /**
    * Folds a block of encoded keys at non-decreasing positions (the chunked algorithm's
    * inter-chunk update): with p′ = the last position, S ← λ^{p′−p} S + Σ_j λ^{p′−t_j} k̃_j v_jᵀ.
+   * @throws parameter_error if the positions decrease, start before last_position(), or span
+   * (with it) more than 2^63 − 1.
    */
   template <class KF, class VB>
   void append_block(const KF& k_features, const VB& v, const positions& pos, index_t first) {
     const index_t m = k_features.rows();
     if (m == 0) return;
     const position_t p_new = pos[first + m - 1];
-    require_not_before(pos[first], "lrpe::linear_attention_state::append", "t");
-    if (!empty()) require_reachable(p_new, "lrpe::linear_attention_state::append", "t");
+    constexpr const char* where = "lrpe::linear_attention_state::append";
+    require_not_before(pos[first], where, "t");
+    for (index_t j = 1; j < m; ++j) {
+      detail::require_parameter(pos[first + j] >= pos[first + j - 1], where, "t",
+                                "must be non-decreasing within a block", pos[first + j]);
+    }
+    detail::require_parameter(detail::difference_fits(empty() ? pos[first] : last_, p_new), where, "t",
+                              "must span at most 2^63 - 1 with the block's first position and last_position() "
+                              "(every t - last must fit in int64)",
+                              p_new);
     rescale_to(p_new);
     if (decay_ == 1.0) {
       kv_.noalias() += k_features.transpose() * v;

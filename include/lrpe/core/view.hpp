@@ -152,51 +152,58 @@ inline std::pair<position_t, position_t> position_bounds(const positions& p, ind
   return {lo, hi};
 }
 
-/// The lowest and highest position of one call (`empty` when it has no rows).
+/// The lowest and highest position of some rows (`empty` when there are none).
 struct position_span {
   position_t lo = 0, hi = 0;
   bool empty = true;
 };
 
+/// The spans of one call's query and key positions.
+struct call_span {
+  position_span q, k;
+};
+
 /**
  * Every difference of two positions of one attention call, t − s (and a state's t − last, see
  * `require_within_span`), must be a `position_t`: the relative encodings (bias(t − s), W_{t−s})
- * and the decays λ^{t−s} are functions of it. Throws `parameter_error` naming the positions that
- * reach too far: Q's own span, K's own, or K's against Q's. Returns the call's span. A scan of
- * array positions (O(n_q + n_k)); offsets cost nothing.
+ * and the decays λ^{t−s} are functions of it. Checked as: all the call's positions span at most
+ * 2^63 − 1. Throws `parameter_error` naming the positions that reach too far: Q's own span,
+ * K's own, or K's against Q's. Returns the spans. A scan of array positions (O(n_q + n_k));
+ * offsets cost nothing.
  */
-inline position_span require_position_span(const positions& qp, index_t nq, const positions& kp, index_t nk,
-                                           const char* where, const char* q_arg = "options.q_positions",
-                                           const char* k_arg = "options.k_positions") {
+inline call_span require_position_span(const positions& qp, index_t nq, const positions& kp, index_t nk,
+                                       const char* where, const char* q_arg = "options.q_positions",
+                                       const char* k_arg = "options.k_positions") {
   constexpr const char* too_wide = "must span at most 2^63 - 1 (every difference of two positions must fit in int64)";
-  position_span all;
-  const auto add = [&](const positions& p, index_t rows, const char* arg) {
-    if (rows == 0) return;
+  const auto span_of = [&](const positions& p, index_t rows, const char* arg) {
+    if (rows == 0) return position_span{};
     const auto [a, b] = position_bounds(p, rows);
     if (!difference_fits(a, b)) fail<parameter_error>(where, arg, too_wide, concat("[", a, ", ", b, "]"));
-    if (!all.empty && !difference_fits(std::min(all.lo, a), std::max(all.hi, b))) {
-      fail<parameter_error>(where, arg,
-                            lazy_concat("must lie within 2^63 - 1 of ", q_arg, " = [", all.lo, ", ", all.hi,
-                                        "] (every difference t - s must fit in int64)"),
-                            concat("[", a, ", ", b, "]"));
-    }
-    all = all.empty ? position_span{a, b, false} : position_span{std::min(all.lo, a), std::max(all.hi, b), false};
+    return position_span{a, b, false};
   };
-  add(qp, nq, q_arg);
-  add(kp, nk, k_arg);
-  return all;
+  const call_span c{span_of(qp, nq, q_arg), span_of(kp, nk, k_arg)};
+  if (!c.q.empty && !c.k.empty && !difference_fits(std::min(c.q.lo, c.k.lo), std::max(c.q.hi, c.k.hi))) {
+    fail<parameter_error>(where, k_arg,
+                          lazy_concat("must lie within 2^63 - 1 of ", q_arg, " = [", c.q.lo, ", ", c.q.hi,
+                                      "] (every difference t - s must fit in int64)"),
+                          concat("[", c.k.lo, ", ", c.k.hi, "]"));
+  }
+  return c;
 }
 
-/// Throws `parameter_error` (naming `arg`) unless every position of `span` is within 2^63 − 1 of
-/// a state's last position `last` (the decays λ^{t−last}).
-template <class Arg>
-void require_within_span(const position_span& span, position_t last, const char* where, const char* arg,
-                         Arg const& state_name) {
-  if (span.empty || difference_fits(std::min(span.lo, last), std::max(span.hi, last))) return;
-  fail<parameter_error>(where, arg,
-                        lazy_concat("must lie, with every position of the call, within 2^63 - 1 of ", state_name,
-                                    ".last_position() = ", last, " (every difference t - last must fit in int64)"),
-                        concat("[", span.lo, ", ", span.hi, "] (the call's positions)"));
+/// Throws `parameter_error`, naming Q's or K's positions, unless every position of the call is
+/// within 2^63 − 1 of a state's last position `last` (the decays λ^{t−last}).
+template <class Name>
+void require_within_span(const call_span& c, position_t last, const char* where, Name const& state_name) {
+  const auto check = [&](const position_span& s, const char* arg) {
+    if (s.empty || difference_fits(std::min(s.lo, last), std::max(s.hi, last))) return;
+    fail<parameter_error>(where, arg,
+                          lazy_concat("must lie within 2^63 - 1 of ", state_name, ".last_position() = ", last,
+                                      " (every difference t - last must fit in int64)"),
+                          concat("[", s.lo, ", ", s.hi, "]"));
+  };
+  check(c.q, "options.q_positions");
+  check(c.k, "options.k_positions");
 }
 
 }  // namespace detail

@@ -314,15 +314,19 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
       if (offsets) {
         // bias depends on t − s only: one call per diagonal. Row i, key j reads entry
         // e = bqp − 1 − i + j, the diagonal δ = (k0 + j) − (q0 + i). Only the entries of real
-        // rows and keys (i < bq, j < bk) are evaluated, as bias(q0, k0 + j − i): every δ formed
-        // is then the difference of two positions of the call, and no position past them is
+        // rows and keys (i < bq, j < bk) are evaluated, as bias(q0, k0 + j − i) for j ≥ i and
+        // bias(q0 + i − j, k0) below: both arguments are positions of the call's real rows and
+        // keys, every δ formed is the difference of two of them, and no position past them is
         // (the padding rows' and keys' entries are 0, their outputs discarded or masked).
         T* tb = st + BQ * BK;
         const position_t q0 = p.q_positions[i0], k0 = p.k_positions[j0];
         const index_t e_lo = bqp - bq, e_hi = bqp - 1 + bk - 1;
         for (index_t e = 0; e < BK + bqp - 1; ++e) {
-          tb[e] = e < e_lo || e > e_hi ? T(0)
-                                       : log2e * static_cast<T>(bias->bias(q0, k0 + (e - (bqp - 1))));
+          // δ = j − i ≥ 0: (q0, k0 + δ), key k0 + δ real; δ < 0: (q0 − δ, k0), query row −δ real
+          const index_t delta = e - (bqp - 1);
+          tb[e] = e < e_lo || e > e_hi
+                      ? T(0)
+                      : log2e * static_cast<T>(delta >= 0 ? bias->bias(q0, k0 + delta) : bias->bias(q0 - delta, k0));
         }
         for (index_t i = 0; i < bqp; ++i) {
           const T* row_b = tb + (bqp - 1 - i);
