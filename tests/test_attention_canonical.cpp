@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <vector>
 
 namespace {
@@ -193,6 +194,16 @@ TEST_CASE_TEMPLATE("linear attention and streaming with linearizable canonical v
   check(xl, "transformer_xl");
   check(cos, "cosformer");
   check(cn::multiplicative<lrpe::type7<T>>(lrpe::type7<T>(d)), "multiplicative type7");
+  // Far positions: Transformer-XL's features take absolute angles s·ω and t·ω, its distance
+  // form (s − t)·ω; the angles are exact, so the two agree at 2^62 as at 20. (With angles
+  // rounded to one double, fl(s·ω) is off by up to a radian there.)
+  for (const position_t base : {(position_t{1} << 62) + 20, std::numeric_limits<position_t>::min()}) {
+    CAPTURE(base);
+    lrpe::linear_options o{.causal = true, .chunk = 6, .q_positions = base, .k_positions = base};
+    rm<T> out(n, 4);
+    lrpe::linear_attention(q, k, v, out, xl, phi, o);
+    CHECK(rel_error(out, quadratic(xl, phi, q, k, v, o)) <= tolerance<T>());
+  }
 }
 
 TEST_CASE_TEMPLATE("multi-head: per-head tables (ALiBi slopes, URPE C) pick head(h)", T, float, double) {

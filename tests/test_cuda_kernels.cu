@@ -12,7 +12,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <optional>
@@ -252,6 +254,39 @@ TEST_CASE("cuda: arguments are validated before any CUDA call") {
                        doctest::Contains("argument 'options.k_positions' must lie within 2^63 - 1 of "
                                          "options.q_positions = [0, 7]"),
                        lrpe::parameter_error);
+}
+
+TEST_CASE("cuda: the device angle (its host build) is the CPU's exact angle at every int64 position, both modes") {
+  // cu::angle_cos_sin is __host__ __device__, so this runs without a GPU: the same code the
+  // kernels run, against detail::angle_cos_sin (tested against a long-double reference in
+  // test_policies). Stated bound 2.5e-7 (a float rounding plus sincosf's ulp); an angle formed
+  // as one rounded double fl(s·θ) is off by ~1 at 2^62 and fails it.
+  std::mt19937_64 rng(test_seed);
+  std::vector<position_t> positions = {0, 1, -1, 1'000'000, (position_t{1} << 53) + 1, -(position_t{1} << 53) - 7,
+                                       (position_t{1} << 62) + 12'345, std::numeric_limits<position_t>::max(),
+                                       std::numeric_limits<position_t>::min()};
+  for (int i = 0; i < 100; ++i) {
+    const int b = 1 + static_cast<int>(rng() % 62);
+    const auto v = static_cast<position_t>((std::uint64_t{1} << b) | (rng() >> (64 - b)));
+    positions.push_back(i % 2 ? v : -v);
+  }
+  const std::vector<double> theta = lrpe::freq::theta_a(64);
+  double worst[2] = {0, 0};
+  for (const position_t s : positions) {
+    for (const double th : theta) {
+      const auto want = lrpe::detail::angle_cos_sin(s, th);
+      for (const auto mode : {cu::angle_mode::reduced_float, cu::angle_mode::full_double}) {
+        float c = 0, sn = 0;
+        cu::detail::angle_cos_sin(s, th, mode, c, sn);
+        const double err = std::max(std::abs(c - want.c), std::abs(sn - want.s));
+        double& w = worst[mode == cu::angle_mode::full_double ? 1 : 0];
+        w = std::max(w, err);
+      }
+    }
+  }
+  MESSAGE("max error: reduced_float " << worst[0] << ", full_double " << worst[1]);
+  CHECK(worst[0] <= 2.5e-7);
+  CHECK(worst[1] <= 0x1p-24 + 1e-15);  // full_double: one float rounding of the CPU value
 }
 
 TEST_CASE_TEMPLATE("cuda: fused Q/K encoder == CPU encoder (every preset)", T, float, __half, __nv_bfloat16) {

@@ -4,6 +4,8 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <string>
 
@@ -117,6 +119,49 @@ TEST_CASE_TEMPLATE("partial rotation leaves the tail untouched; split-half pairs
   const long double c = std::cos(5.0L), s = std::sin(5.0L);
   CHECK(std::abs(y(0, 0) - (x(0, 0) * c - x(0, 2) * s)) < 1e-6L);
   CHECK(std::abs(y(0, 2) - (x(0, 2) * c + x(0, 0) * s)) < 1e-6L);
+}
+
+TEST_CASE("angles: cos and sin of the exact s·θ at every int64 position (long-double reference)") {
+  // detail::angle_cos_sin, the trigonometry of every rotation and phase, against ref::cis (s cut
+  // into 11-bit chunks, each chunk·θ exact in long double). Stated bound: 4 double ulps of 1.
+  // One rounded product fl(s·θ) is off by up to |s|·θ·2⁻⁵³; the check that it fails the bound
+  // shows the test can tell the two apart.
+  lrpe::generator g(ref::seed(20261123) + 1);
+  std::vector<lrpe::position_t> positions = {0, 1, -1, 999'983, 1'000'000, -1'000'000, 2'147'483'647,
+                                             lrpe::position_t{1} << 40, (lrpe::position_t{1} << 53) - 1,
+                                             lrpe::position_t{1} << 53, (lrpe::position_t{1} << 53) + 1,
+                                             -(lrpe::position_t{1} << 53) - 1, (lrpe::position_t{1} << 62) + 12'345,
+                                             std::numeric_limits<lrpe::position_t>::max(),
+                                             std::numeric_limits<lrpe::position_t>::min()};
+  for (int i = 0; i < 200; ++i) {  // every magnitude: 2^b plus random low bits, either sign
+    const auto b = 1 + static_cast<int>(g.below(62));  // 1..62
+    const auto v = static_cast<lrpe::position_t>((std::uint64_t{1} << b) | (g.next() >> (64 - b)));
+    positions.push_back(g.below(2) ? v : -v);
+  }
+  std::vector<double> theta = lrpe::freq::theta_a(64);
+  for (int i = 0; i < 16; ++i) theta.push_back(std::ldexp(1.0 + g.uniform01(), -static_cast<int>(g.below(20))) * 3.0);
+  const long double bound = 4 * std::numeric_limits<double>::epsilon();
+  long double worst = 0, worst_rounded = 0;
+  for (const auto s : positions) {
+    for (const double th : theta) {
+      const auto [c, sn] = lrpe::detail::angle_cos_sin(s, th);
+      const ref::cld want = ref::cis(s, th);
+      const long double err = std::max(std::abs(c - want.real()), std::abs(sn - want.imag()));
+      if (err > bound) FAIL_CHECK("s = " << s << ", theta = " << th << ": error " << static_cast<double>(err));
+      worst = std::max(worst, err);
+      const double a = static_cast<double>(s) * th;  // the one-rounding angle, for contrast
+      worst_rounded = std::max(worst_rounded, std::abs(std::cos(a) - want.real()));
+    }
+  }
+  MESSAGE("max error " << static_cast<double>(worst) << "; fl(s*theta) would be off by "
+                       << static_cast<double>(worst_rounded));
+  CHECK(worst <= bound);
+  CHECK(worst_rounded > 1e-3L);
+  // The reference itself, where long double holds s·θ exactly (|s| < 2^11): the plain formula.
+  for (lrpe::position_t s : {1, -7, 2047}) {
+    const long double a = static_cast<long double>(s) * static_cast<long double>(theta[1]);
+    CHECK(std::abs(ref::cis(s, theta[1]) - ref::cld(std::cos(a), std::sin(a))) <= 2 * std::numeric_limits<long double>::epsilon());
+  }
 }
 
 // ---- a user-written Λ: works with encoder and check, and check catches a broken one ----

@@ -11,13 +11,12 @@ namespace {
 template <class E>
 using scalar_of = typename E::scalar;
 
-/// Tolerance for a comparison of float/double results against long double: c·d·ε(T) for T's
-/// rounding, plus 4·|s|·ε(double) for the angle s·θ formed in double (the library's stated
-/// precision, docs/math.md §Angles: invisible in float, 2e-10 at |s| = 2·10⁵ in double).
+/// Tolerance for a comparison of float/double results against long double: 8·d·ε(T) for T's
+/// rounding, at every position. The angles are exact (docs/math.md §Angles), so no term grows
+/// with the position; the reference's are too (ref::cis).
 template <class E>
-long double tol(const E& e, lrpe::position_t magnitude = 0, long double c = 8) {
-  return c * static_cast<long double>(e.dim()) * std::numeric_limits<scalar_of<E>>::epsilon() +
-         4.0L * std::abs(static_cast<long double>(magnitude)) * std::numeric_limits<double>::epsilon();
+long double tol(const E& e) {
+  return 8.0L * static_cast<long double>(e.dim()) * std::numeric_limits<scalar_of<E>>::epsilon();
 }
 
 // Widths: even, odd and a DFT size above the dense limit (FFT path).
@@ -51,16 +50,53 @@ TEST_CASE_TEMPLATE("preset: W_0 = I, W_s unitary, W_s^H W_t = W_{t-s} (random s,
       const auto wt = e.relative_matrix(t);
       // The encoder's W_s against the independent long-double reference. The reference uses the
       // same double θ, so the only differences are T's rounding of cos/sin and of the products.
-      CHECK(ref::max_abs_diff(ws, ref::W(e, s)) <= tol(e, s));
+      CHECK(ref::max_abs_diff(ws, ref::W(e, s)) <= tol(e));
       // Unitarity and the relative property, formed in long double from T's matrices.
       const ref::mat a = ws.template cast<ref::cld>(), b = wt.template cast<ref::cld>();
       CHECK(ref::max_abs_diff(a.adjoint() * a, ref::mat::Identity(d, d)) <= tol(e));
-      CHECK(ref::max_abs_diff(a.adjoint() * b, ref::W(e, t - s)) <= tol(e, std::abs(s) + std::abs(t) + std::abs(t - s)));
+      CHECK(ref::max_abs_diff(a.adjoint() * b, ref::W(e, t - s)) <= tol(e));
       // The library's own check agrees.
       const auto rep = lrpe::check::relative(e, s, t);
       CHECK_MESSAGE(rep.passed, rep.to_string());
       CHECK(lrpe::check::unitarity(e, {s, t}).passed);
       CHECK(lrpe::check::identity_at_zero(e).passed);
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("preset: exact angles — W_s, W_s^H W_t = W_{t-s} and shifted scores hold to T's rounding at "
+                   "every int64 position", E, LRPE_PRESETS(float), LRPE_PRESETS(double)) {
+  // Far positions, where one rounded product fl(s·θ) is off by up to |s|·θ·2⁻⁵³ (a radian near
+  // 2^62): the encoder's W_s against the long-double reference, the relative property, and the
+  // library's own check with the position-free tolerance. Each of these fails on an angle
+  // formed as fl(s·θ) (with that angle the float error at 2^62 reaches ~1).
+  using T = typename E::scalar;
+  constexpr lrpe::position_t top = std::numeric_limits<lrpe::position_t>::max();
+  constexpr lrpe::position_t bottom = std::numeric_limits<lrpe::position_t>::min();
+  lrpe::generator g(ref::seed(20261123));
+  for (lrpe::index_t d : {lrpe::index_t{9}, lrpe::index_t{64}}) {
+    const E e(d);
+    for (lrpe::position_t base : {(lrpe::position_t{1} << 53) - 40, -(lrpe::position_t{1} << 53) - 3,
+                                  lrpe::position_t{1'000'000'007'000'000}, (lrpe::position_t{1} << 62) + 12'345,
+                                  top - 100, bottom}) {
+      const lrpe::position_t s = base + static_cast<lrpe::position_t>(g.below(50));
+      const lrpe::position_t t = base + static_cast<lrpe::position_t>(g.below(50));
+      CAPTURE(d);
+      CAPTURE(s);
+      CAPTURE(t);
+      const auto ws = e.relative_matrix(s);
+      const auto wt = e.relative_matrix(t);
+      CHECK(ref::max_abs_diff(ws, ref::W(e, s)) <= tol(e));
+      const ref::mat a = ws.template cast<ref::cld>(), b = wt.template cast<ref::cld>();
+      CHECK(ref::max_abs_diff(a.adjoint() * b, ref::W(e, t - s)) <= tol(e));
+      const auto rep = lrpe::check::relative(e, s, t, lrpe::check::default_tolerance(e));
+      CHECK_MESSAGE(rep.passed, rep.to_string());
+      // The score at (s, t) is the score at (s − base, t − base), near 0.
+      const auto q = ref::random_rows<T>(1, d, g.next());
+      const auto k = ref::random_rows<T>(1, d, g.next());
+      const double far = e.score(q.data(), s, k.data(), t);
+      const double near = e.score(q.data(), s - base, k.data(), t - base);
+      CHECK(std::abs(far - near) <= static_cast<double>(tol(e)) * d);
     }
   }
 }
@@ -91,7 +127,7 @@ TEST_CASE_TEMPLATE("preset: encode equals the dense M_s product and scores are s
         Eigen::Matrix<ref::cld, Eigen::Dynamic, 1> got(d);
         for (lrpe::index_t j = 0; j < d; ++j)
           got(j) = E::is_complex ? ref::cld(row_feats(j), row_feats(d + j)) : ref::cld(row_feats(j), 0);
-        CHECK(ref::max_abs_diff(got, expect) <= tol(e, s));
+        CHECK(ref::max_abs_diff(got, expect) <= tol(e));
       }
     }
     // Shift invariance of the score, and score = Re(q^T W_{t-s} k) against the reference.
@@ -102,9 +138,8 @@ TEST_CASE_TEMPLATE("preset: encode equals the dense M_s product and scores are s
       const double f = e.score(q.data(), s, k.data(), t);
       const double f_shift = e.score(q.data(), s + c, k.data(), t + c);
       const ref::cld expect = (q.template cast<ref::cld>() * ref::W(e, t - s) * k.transpose().template cast<ref::cld>())(0, 0);
-      const lrpe::position_t mag = std::abs(s) + std::abs(t) + std::abs(c);
-      CHECK(std::abs(static_cast<long double>(f) - expect.real()) <= tol(e, mag) * d);
-      CHECK(std::abs(f - f_shift) <= static_cast<double>(tol(e, mag)) * d);
+      CHECK(std::abs(static_cast<long double>(f) - expect.real()) <= tol(e) * d);
+      CHECK(std::abs(f - f_shift) <= static_cast<double>(tol(e)) * d);
       CHECK(lrpe::check::shift_invariance(e, s, t, c, g.next()).passed);
     }
   }

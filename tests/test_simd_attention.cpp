@@ -490,6 +490,42 @@ TEST_CASE_TEMPLATE("simd softmax and linear attention with the last row at 2^63 
   CHECK(out == at_zero);
 }
 
+TEST_CASE_TEMPLATE("simd softmax and linear attention with RoPE and Type 8 near 2^63 - 1 and -2^63: the result at 0",
+                   T, float, double) {
+  // The encoders' angles are exact at every position (docs/math.md §Angles), so only T's
+  // rounding of the features separates a far call from the same call at 0: bound 64·d·ε(T) on
+  // `diff` (relative to the largest output). Angles formed as fl(s·θ) put errors of order 1 here.
+  constexpr position_t top = std::numeric_limits<position_t>::max();
+  constexpr position_t bottom = std::numeric_limits<position_t>::min();
+  lrpe::generator g(93);
+  const index_t n = 90, d = 16;
+  const rm<T> q = random_matrix<T>(g, n, d), k = random_matrix<T>(g, n, d), v = random_matrix<T>(g, n, d);
+  const double bound = 64.0 * d * static_cast<double>(std::numeric_limits<T>::epsilon());
+  rm<T> at_zero(n, d), out(n, d);
+  const auto far_vs_zero = [&](const auto& enc, const char* what) {
+    for (const position_t base : {top - (n - 1), bottom, (position_t{1} << 62) + 777}) {
+      for (const bool causal : {true, false}) {
+        CAPTURE(what);
+        CAPTURE(base);
+        CAPTURE(causal);
+        lrpe::softmax_attention(q, k, v, at_zero, enc, lrpe::softmax_options<>{.causal = causal},
+                                lrpe::backend::simd<>{});
+        lrpe::softmax_attention(q, k, v, out, enc,
+                                lrpe::softmax_options<>{.causal = causal, .q_positions = base, .k_positions = base},
+                                lrpe::backend::simd<>{});
+        CHECK(diff(out, at_zero) <= bound);
+        lrpe::linear_options o{.causal = causal, .norm = lrpe::normalisation::none};
+        lrpe::linear_attention(q, k, v, at_zero, enc, lrpe::feature_maps::identity{}, o, lrpe::backend::simd<>{});
+        o.q_positions = o.k_positions = base;
+        lrpe::linear_attention(q, k, v, out, enc, lrpe::feature_maps::identity{}, o, lrpe::backend::simd<>{});
+        CHECK(diff(out, at_zero) <= bound);
+      }
+    }
+  };
+  far_vs_zero(lrpe::rope_neox<T>(d), "rope_neox");
+  far_vs_zero(lrpe::type8<T>(d), "type8");
+}
+
 TEST_CASE("simd softmax: a scale that overflows float is a domain_error naming options.scale") {
   lrpe::generator g(92);
   const rm<float> q = random_matrix<float>(g, 5, 8);

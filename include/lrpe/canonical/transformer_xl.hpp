@@ -5,7 +5,8 @@
  *
  *     f_rel(q_s, k_t) = (q_s + u)·k_t + (q_s + v)·(W_R R_{s−t}),   scaled by 1/√d
  *
- * with R_δ = [sin(δ ω_0..ω_{D/2−1}), cos(δ ω_0..ω_{D/2−1})] (halves, not interleaved),
+ * with R_δ = [sin(δ ω_0..ω_{D/2−1}), cos(δ ω_0..ω_{D/2−1})] (halves, not interleaved; exact
+ * angles, docs/math.md §Angles, so both forms below agree at every position),
  * ω_k = 10000^(−2k/D), D = d_model, and W_R the head's rows of `r_net` (d × D). The distance
  * s − t (query − key) is computed directly; the reference's "rel_shift" reshape, which leaves
  * garbage above the diagonal j > i + mlen, is not used, so any positions (future keys, packed
@@ -26,6 +27,7 @@
 #include <lrpe/canonical/canonical_form.hpp>
 #include <lrpe/canonical/detail/common.hpp>
 #include <lrpe/canonical/linearizable.hpp>
+#include <lrpe/detail/angle.hpp>
 
 #include <cmath>
 
@@ -89,9 +91,9 @@ class transformer_xl {
   void sinusoid(position_t distance, double* out) const noexcept {
     const index_t half = model_dim() / 2;
     for (index_t k = 0; k < half; ++k) {
-      const double a = static_cast<double>(distance) * p_->inv_freq[k];
-      out[k] = std::sin(a);
-      out[half + k] = std::cos(a);
+      const auto [c, sn] = lrpe::detail::angle_cos_sin(distance, p_->inv_freq[k]);  // exact angle
+      out[k] = sn;
+      out[half + k] = c;
     }
   }
   /// r = W_R R_{s−t} (d entries) for the offset δ = t − s.
@@ -138,9 +140,9 @@ class transformer_xl {
     if (which == side::key) {
       for (index_t i = 0; i < d_; ++i) out[i] = x[i];
       for (index_t k = 0; k < half; ++k) {
-        const double a = static_cast<double>(position) * inv[k];
-        out[d_ + k] = static_cast<T>(std::cos(a));
-        out[d_ + half + k] = static_cast<T>(std::sin(a));
+        const auto [c, sn] = lrpe::detail::angle_cos_sin(position, inv[k]);
+        out[d_ + k] = static_cast<T>(c);
+        out[d_ + half + k] = static_cast<T>(sn);
       }
       return;
     }
@@ -155,8 +157,7 @@ class transformer_xl {
         a_sin += static_cast<double>(w(i, k)) * qv;
         a_cos += static_cast<double>(w(i, half + k)) * qv;
       }
-      const double ang = static_cast<double>(position) * inv[k];
-      const double sn = std::sin(ang), cs = std::cos(ang);
+      const auto [cs, sn] = lrpe::detail::angle_cos_sin(position, inv[k]);
       out[d_ + k] = static_cast<T>(a_sin * sn + a_cos * cs);
       out[d_ + half + k] = static_cast<T>(a_cos * sn - a_sin * cs);
     }

@@ -67,7 +67,9 @@ struct report {
 };
 
 /// 16·d·ε(T) + 8·(|s| + |t|)·ε(double): the default tolerance for an encoder of width d
-/// checked at positions s and t.
+/// checked at positions s and t. The position term is for user encoders that form the angle as
+/// one rounded double fl(s·θ); lrpe's own encoders, whose angles are exact (docs/math.md
+/// §Angles), meet `default_tolerance(e)` — 16·d·ε(T) — at every position.
 template <class E>
 double default_tolerance(const E& e, position_t s = 0, position_t t = 0) {
   const auto mag = static_cast<double>(std::abs(s)) + static_cast<double>(std::abs(t));

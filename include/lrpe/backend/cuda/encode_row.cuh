@@ -6,9 +6,9 @@
  *
  * Math (docs/math.md, docs/cuda.md): row x at position s becomes the real features of
  * M_s φ(x): M_s x itself for real encoders, [Re(M_s x), Im(M_s x)] (2d values) for complex
- * ones, exactly as `lrpe::encoder::encode_features` on the CPU. Arithmetic is fp32; the angle
- * s·θ is formed in double and reduced modulo 2π in double before a float sincos
- * (`angle_mode::reduced_float`, default) or fed to a double sincos (`angle_mode::full_double`).
+ * ones, exactly as `lrpe::encoder::encode_features` on the CPU. Arithmetic is fp32; the exact
+ * angle s·θ is split into doubles and reduced modulo 2π in double before a float sincos
+ * (`angle_mode::reduced_float`, default) or rotated by double sincos (`angle_mode::full_double`).
  */
 #pragma once
 
@@ -38,8 +38,8 @@ enum class lambda_kind : int {
 
 /// Which trigonometry the device uses for cos/sin(s·θ).
 enum class angle_mode : int {
-  reduced_float,  ///< s·θ in double, reduced mod 2π in double, sincosf of the remainder (default)
-  full_double     ///< s·θ and sincos in double, then rounded to float (slower, closest to the CPU)
+  reduced_float,  ///< exact s·θ reduced mod 2π in double, sincosf of the remainder (default)
+  full_double     ///< exact s·θ, double sincos, then rounded to float (slower, closest to the CPU)
 };
 
 /**
@@ -85,28 +85,61 @@ __device__ __forceinline__ float apply_phi(const device_feature_map& phi, float 
   }
 }
 
-/**
- * cos and sin of s·θ. The product is formed in double (one rounding, exact for |s| < 2^53 up
- * to that rounding, as detail::angle_cos_sin on the CPU). `reduced_float`: k = rint(a/2π),
- * r = a − k·2π with 2π split in two doubles (two fma), then sincosf(float(r)), |r| ≤ π:
- * an extra error of about one float ulp of the angle over the CPU path.
- */
-__device__ __forceinline__ void angle_cos_sin(position_t s, double theta, angle_mode mode, float& c, float& sn) {
-  const double a = static_cast<double>(s) * theta;
-  if (mode == angle_mode::full_double) {
-    double cd = 0, sd = 0;
-    sincos(a, &sd, &cd);
-    c = static_cast<float>(cd);
-    sn = static_cast<float>(sd);
-    return;
-  }
+/// x − k·2π for k = rint(x/2π), 2π split in two doubles (two fma): |result| ≲ π, with an error
+/// under 2e-13 for every |x| < 2^64.
+__host__ __device__ __forceinline__ double reduce_two_pi(double x) {
   constexpr double inv_two_pi = 0.15915494309189533577;
   constexpr double two_pi_hi = 6.283185307179586232;      // nearest double to 2π
   constexpr double two_pi_lo = 2.4492935982947063697e-16;  // 2π − two_pi_hi
-  const double k = rint(a * inv_two_pi);
-  double r = fma(-k, two_pi_hi, a);
-  r = fma(-k, two_pi_lo, r);
-  sincosf(static_cast<float>(r), &sn, &c);
+  const double k = rint(x * inv_two_pi);
+  return fma(-k, two_pi_lo, fma(-k, two_pi_hi, x));
+}
+
+/**
+ * cos and sin of the exact angle s·θ, as detail::angle_cos_sin on the CPU (docs/math.md
+ * §Angles): s = m₀ + m₁ (m₁ = 0 while |s| ≤ 2^53, else s mod 2^11), each m·θ split by an fma
+ * into a + e exactly, so s·θ = a₀ + e₀ + a₁ + e₁ with no rounding.
+ * - `full_double`: the rotations by the parts, each by a double sincos (or, under 2⁻²⁰, its
+ *   Taylor terms), multiplied in double — the CPU's arithmetic.
+ * - `reduced_float`: each part reduced modulo 2π in double, the sum reduced again, then
+ *   sincosf of the remainder (|r| ≲ π): an extra error of about one float ulp over the CPU.
+ * Host and device: the tests check it on the host against the CPU path, without a GPU.
+ */
+__host__ __device__ __forceinline__ void angle_cos_sin(position_t s, double theta, angle_mode mode, float& c, float& sn) {
+  constexpr position_t limit = position_t{1} << 53;
+  const bool one_part = s >= -limit && s <= limit;
+  const position_t m_lo = one_part ? 0 : (s & position_t{2047});
+  const double m[2] = {static_cast<double>(s - m_lo), static_cast<double>(m_lo)};
+  const int parts = one_part ? 1 : 2;
+  if (mode == angle_mode::full_double) {
+    double cr = 1, sr = 0;
+    const auto rotate = [&](double cx, double sx) {
+      const double c2 = cr * cx - sr * sx;
+      sr = sr * cx + cr * sx;
+      cr = c2;
+    };
+    for (int p = 0; p < parts; ++p) {
+      const double a = m[p] * theta, e = fma(m[p], theta, -a);
+      double sa = 0, ca = 0;
+      sincos(a, &sa, &ca);
+      rotate(ca, sa);
+      if (fabs(e) < 0x1p-20) {
+        rotate(1.0 - 0.5 * e * e, e - e * e * e * (1.0 / 6.0));
+      } else {
+        sincos(e, &sa, &ca);
+        rotate(ca, sa);
+      }
+    }
+    c = static_cast<float>(cr);
+    sn = static_cast<float>(sr);
+    return;
+  }
+  double r = 0;
+  for (int p = 0; p < parts; ++p) {
+    const double a = m[p] * theta, e = fma(m[p], theta, -a);
+    r += reduce_two_pi(a) + reduce_two_pi(e);
+  }
+  sincosf(static_cast<float>(reduce_two_pi(r)), &sn, &c);
 }
 
 /// s mod len in [0, len) for any sign of s.

@@ -3,13 +3,16 @@
  * cos and sin of s·θ_k for many frequencies at once, vectorised over k in double.
  *
  * The numerical contract is the scalar one (`detail::angle_cos_sin`, docs/math.md §Angles):
- * the angle s·θ_k is formed in double (one rounding, exact for |s| < 2^53 up to it) and then
- * reduced and evaluated by xsimd's double `sincos`, whose argument reduction is exact enough
- * at every magnitude we use: Cody–Waite with a three-part π/2 (pio2_1..3 plus tails) up to
- * 2^19·π, fdlibm's `__ieee754_rem_pio2` (exact) beyond. Its result is within about one double
- * ulp of the libm value, so a float result rounds to the same float or a neighbour, and a
- * double result differs from the scalar path by ~1e-16 — far below the tolerance the tests
- * state for either (docs/backends.md).
+ * cos and sin of the exact angle s·θ_k at every int64 position. s·θ_k is split into doubles
+ * that sum to it exactly (an FMA two-product; for |s| > 2^53 first s = s_hi + s_lo), each
+ * part is reduced and evaluated by xsimd's double `sincos` — whose argument reduction is
+ * exact at every magnitude: Cody–Waite with a three-part π/2 up to 2^19·π, fdlibm's
+ * `__ieee754_rem_pio2` beyond — and the rotations by the parts are multiplied. The rounding
+ * error of a part under 2^32 is below 2⁻²⁰ and rotates by its Taylor terms, so the common
+ * case costs one sincos, an FMA and a complex product per angle. The result is within a few
+ * double ulps of the libm path's, so a float result rounds to the same float or a neighbour,
+ * and a double result differs from the scalar path by ~1e-16 — far below the tolerance the
+ * tests state for either (docs/backends.md).
  *
  * `cos_sin_rows` builds the per-position tables of the rotation and complex-phase kernels from
  * it (and, for float, from one complex product per extra position of a run; see there).
@@ -18,6 +21,7 @@
 
 #include <lrpe/backend/simd/tag.hpp>
 #include <lrpe/core/config.hpp>
+#include <lrpe/detail/angle.hpp>
 
 #include <cmath>
 #include <cstddef>
@@ -32,29 +36,73 @@ inline namespace v0 {
 namespace backend {
 namespace simd_detail {
 
+/// (c, s) ← the rotation (c, s) followed by the rotation by e (lane-wise): e's cos and sin by
+/// their Taylor terms when every lane is below `detail::small_angle` (the common case: the
+/// rounding error of an angle under 2^32), else by a vectorised sincos.
+template <class B>
+inline void rotate_by(B& c, B& s, const B& e) noexcept {
+  B ce, se;
+  if (xsimd::all(xsimd::abs(e) < B(lrpe::detail::small_angle))) {
+    const B e2 = e * e;
+    ce = B(1.0) - B(0.5) * e2;
+    se = e - e * e2 * B(1.0 / 6.0);
+  } else {
+    const auto [sv, cv] = xsimd::sincos(e);
+    ce = cv;
+    se = sv;
+  }
+  const B c2 = c * ce - s * se;
+  s = s * ce + c * se;
+  c = c2;
+}
+
+/// (c, s) of the exact angles m·θ_k, k < w, for one double integer m (`detail::two_product`
+/// per lane, in scalar: std::fma is exact on every arch, where xsimd's fma is two roundings
+/// without FMA hardware).
+template <class B>
+inline void exact_product_cos_sin(double m, const double* theta, B& c, B& s) noexcept {
+  constexpr std::size_t w = B::size;
+  alignas(64) double a[w], e[w];
+  for (std::size_t i = 0; i < w; ++i) {
+    const auto p = lrpe::detail::two_product(m, theta[i]);
+    a[i] = p.a;
+    e[i] = p.e;
+  }
+  const auto [sv, cv] = xsimd::sincos(B::load_aligned(a));
+  c = cv;
+  s = sv;
+  rotate_by(c, s, B::load_aligned(e));
+}
+
 /**
- * c[k] = cos(s·θ[k]), sn[k] = sin(s·θ[k]) for k < count, in double.
+ * c[k] = cos(s·θ[k]), sn[k] = sin(s·θ[k]) for k < count, in double: the exact angle of the
+ * scalar contract (`detail::angle_cos_sin`), vectorised over k.
  * @tparam Arch the xsimd arch (double lanes of this arch are used).
  */
 template <class Arch>
 inline void angle_cos_sin(position_t s, const double* theta, index_t count, double* c, double* sn) noexcept {
   using bd = xsimd::batch<double, Arch>;
   constexpr index_t w = static_cast<index_t>(bd::size);
-  const bd pos(static_cast<double>(s));
+  const auto [m_hi, m_lo] = lrpe::detail::split(s);
+  const auto block = [&](const double* th, double* co, double* si) {
+    bd cv, sv;
+    exact_product_cos_sin(m_hi, th, cv, sv);
+    if (m_lo != 0.0) {  // |s| > 2^53: then the rotation by m_lo·θ (m_lo < 2^11)
+      bd c2, s2;
+      exact_product_cos_sin(m_lo, th, c2, s2);
+      const bd cc = cv * c2 - sv * s2;
+      sv = sv * c2 + cv * s2;
+      cv = cc;
+    }
+    cv.store_unaligned(co);
+    sv.store_unaligned(si);
+  };
   index_t k = 0;
-  for (; k + w <= count; k += w) {
-    const bd a = pos * bd::load_unaligned(theta + k);  // the angle in double, one rounding
-    const auto [sv, cv] = xsimd::sincos(a);
-    cv.store_unaligned(c + k);
-    sv.store_unaligned(sn + k);
-  }
+  for (; k + w <= count; k += w) block(theta + k, c + k, sn + k);
   if (k < count) {  // tail: the same vector code on a zero-padded copy
     double t[w] = {}, tc[w], ts[w];
     for (index_t i = k; i < count; ++i) t[i - k] = theta[i];
-    const bd a = pos * bd::load_unaligned(t);
-    const auto [sv, cv] = xsimd::sincos(a);
-    cv.store_unaligned(tc);
-    sv.store_unaligned(ts);
+    block(t, tc, ts);
     for (index_t i = k; i < count; ++i) {
       c[i] = tc[i - k];
       sn[i] = ts[i - k];
@@ -108,12 +156,11 @@ inline void angle_cos_sin_memo(position_t s, const double* theta, index_t count,
  * `fill(s, row)` evaluates every angle by `angle_cos_sin` (the scalar contract). `fill_run(s0,
  * m, …)` fills the rows of the m ≤ `run` consecutive positions s0, s0+1, …: for double exactly
  * like `fill`; for float it evaluates s0 by `angle_cos_sin` and every other row by one complex
- * product in double, e^{i s0 θ_k}·e^{i j θ_k}, with e^{i j θ_k} (j < run, angle j·θ_k formed
- * in double) tabulated at construction — 6 flops per angle instead of a sincos. The product is
- * the exact rotation by fl(s0·θ_k) + fl(j·θ_k) within 2⁻⁵² relative; that angle and the
- * direct fl((s0+j)·θ_k) are both within 1.5 double ulps of |s|·θ_k of the true angle, so the
- * float rows agree with `fill`'s to the float rounding (≤ 1 float ulp) while |s|·θ < 2²⁹, and
- * beyond that both are as far from the true value as the double angle itself (docs/backends.md).
+ * product in double, e^{i s0 θ_k}·e^{i j θ_k}, with e^{i j θ_k} (j < run, by `angle_cos_sin`)
+ * tabulated at construction — 6 flops per angle instead of a sincos. Both factors
+ * are rotations by exact angles, so the product is the rotation by s0·θ_k + j·θ_k = (s0+j)·θ_k
+ * within a few double ulps, at any position: the float rows agree with `fill`'s to the float
+ * rounding (≤ 1 float ulp) (docs/backends.md).
  * Not a recurrence: no error accumulates along the run.
  */
 template <class Arch, class T>
