@@ -13,13 +13,20 @@ namespace lrpe_bench {
 struct rope_neox_qk {
   template <class Arch>
   void operator()(Arch, const lrpe::rope_neox<float>& enc, const float* q, const float* k, float* qo, float* ko,
-                  lrpe::index_t heads, lrpe::index_t n) const {
-    const lrpe::index_t d = enc.dim();
-    lrpe::simd_encoder<lrpe::rope_neox<float>, Arch>(enc).encode_qk(
-        lrpe::bnsh(q, 1, heads, n, d), 0, lrpe::bnsh(k, 1, heads, n, d), 0, lrpe::bnsh(qo, 1, heads, n, d),
-        lrpe::bnsh(ko, 1, heads, n, d));
-  }
+                  lrpe::index_t heads, lrpe::index_t n) const;
 };
+
+// Defined out of the class, so not implicitly inline: with the `extern template` declarations
+// below the dispatching object never instantiates it (an inline body may be instantiated for
+// inlining, and batch<float, avx512bw> does not compile in an object built without AVX-512).
+template <class Arch>
+void rope_neox_qk::operator()(Arch, const lrpe::rope_neox<float>& enc, const float* q, const float* k, float* qo,
+                              float* ko, lrpe::index_t heads, lrpe::index_t n) const {
+  const lrpe::index_t d = enc.dim();
+  lrpe::simd_encoder<lrpe::rope_neox<float>, Arch>(enc).encode_qk(
+      lrpe::bnsh(q, 1, heads, n, d), 0, lrpe::bnsh(k, 1, heads, n, d), 0, lrpe::bnsh(qo, 1, heads, n, d),
+      lrpe::bnsh(ko, 1, heads, n, d));
+}
 
 #if defined(LRPE_SIMD_DISPATCH_ARCH)
 // A per-arch object: only the functor (instantiated in simd_encode_arch.cpp).
