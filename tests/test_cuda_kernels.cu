@@ -260,7 +260,8 @@ TEST_CASE("cuda: the device angle (its host build) is the CPU's exact angle at e
   // cu::angle_cos_sin is __host__ __device__, so this runs without a GPU: the same code the
   // kernels run, against detail::angle_cos_sin (tested against a long-double reference in
   // test_policies). Stated bound 2.5e-7 (a float rounding plus sincosf's ulp); an angle formed
-  // as one rounded double fl(s·θ) is off by ~1 at 2^62 and fails it.
+  // as one rounded double fl(s·θ) is off by ~1 at 2^62 and fails it. full_double: 2⁻²⁴ (the
+  // float rounding of the CPU value, which itself differs from it by ~1e-16).
   std::mt19937_64 rng(test_seed);
   std::vector<position_t> positions = {0, 1, -1, 1'000'000, (position_t{1} << 53) + 1, -(position_t{1} << 53) - 7,
                                        (position_t{1} << 62) + 12'345, std::numeric_limits<position_t>::max(),
@@ -270,7 +271,8 @@ TEST_CASE("cuda: the device angle (its host build) is the CPU's exact angle at e
     const auto v = static_cast<position_t>((std::uint64_t{1} << b) | (rng() >> (64 - b)));
     positions.push_back(i % 2 ? v : -v);
   }
-  const std::vector<double> theta = lrpe::freq::theta_a(64);
+  std::vector<double> theta = lrpe::freq::theta_a(64);
+  theta.insert(theta.end(), {3.0, 1e4, 1e10});  // |s·θ| past 2^64: reduced_float takes the double path
   double worst[2] = {0, 0};
   for (const position_t s : positions) {
     for (const double th : theta) {

@@ -19,6 +19,23 @@ long double tol(const E& e) {
   return 8.0L * static_cast<long double>(e.dim()) * std::numeric_limits<scalar_of<E>>::epsilon();
 }
 
+/// The encoder's W_s against the independent long-double reference (which uses the same double
+/// θ, so only T's rounding of cos/sin and of the products differs); unitarity and the relative
+/// property formed in long double from T's matrices; and the library's own check::relative
+/// with `check_tol` (negative: its default).
+template <class E>
+void check_relative_pair(const E& e, lrpe::position_t s, lrpe::position_t t, double check_tol) {
+  const lrpe::index_t d = e.dim();
+  const auto ws = e.relative_matrix(s);
+  const auto wt = e.relative_matrix(t);
+  CHECK(ref::max_abs_diff(ws, ref::W(e, s)) <= tol(e));
+  const ref::mat a = ws.template cast<ref::cld>(), b = wt.template cast<ref::cld>();
+  CHECK(ref::max_abs_diff(a.adjoint() * a, ref::mat::Identity(d, d)) <= tol(e));
+  CHECK(ref::max_abs_diff(a.adjoint() * b, ref::W(e, t - s)) <= tol(e));
+  const auto rep = lrpe::check::relative(e, s, t, check_tol);
+  CHECK_MESSAGE(rep.passed, rep.to_string());
+}
+
 // Widths: even, odd and a DFT size above the dense limit (FFT path).
 constexpr lrpe::index_t widths[] = {6, 9, 64};
 
@@ -46,18 +63,7 @@ TEST_CASE_TEMPLATE("preset: W_0 = I, W_s unitary, W_s^H W_t = W_{t-s} (random s,
       const lrpe::position_t s = random_position(g), t = random_position(g);
       CAPTURE(s);
       CAPTURE(t);
-      const auto ws = e.relative_matrix(s);
-      const auto wt = e.relative_matrix(t);
-      // The encoder's W_s against the independent long-double reference. The reference uses the
-      // same double θ, so the only differences are T's rounding of cos/sin and of the products.
-      CHECK(ref::max_abs_diff(ws, ref::W(e, s)) <= tol(e));
-      // Unitarity and the relative property, formed in long double from T's matrices.
-      const ref::mat a = ws.template cast<ref::cld>(), b = wt.template cast<ref::cld>();
-      CHECK(ref::max_abs_diff(a.adjoint() * a, ref::mat::Identity(d, d)) <= tol(e));
-      CHECK(ref::max_abs_diff(a.adjoint() * b, ref::W(e, t - s)) <= tol(e));
-      // The library's own check agrees.
-      const auto rep = lrpe::check::relative(e, s, t);
-      CHECK_MESSAGE(rep.passed, rep.to_string());
+      check_relative_pair(e, s, t, -1);  // the library's own check with its default tolerance
       CHECK(lrpe::check::unitarity(e, {s, t}).passed);
       CHECK(lrpe::check::identity_at_zero(e).passed);
     }
@@ -84,13 +90,7 @@ TEST_CASE_TEMPLATE("preset: exact angles — W_s, W_s^H W_t = W_{t-s} and shifte
       CAPTURE(d);
       CAPTURE(s);
       CAPTURE(t);
-      const auto ws = e.relative_matrix(s);
-      const auto wt = e.relative_matrix(t);
-      CHECK(ref::max_abs_diff(ws, ref::W(e, s)) <= tol(e));
-      const ref::mat a = ws.template cast<ref::cld>(), b = wt.template cast<ref::cld>();
-      CHECK(ref::max_abs_diff(a.adjoint() * b, ref::W(e, t - s)) <= tol(e));
-      const auto rep = lrpe::check::relative(e, s, t, lrpe::check::default_tolerance(e));
-      CHECK_MESSAGE(rep.passed, rep.to_string());
+      check_relative_pair(e, s, t, lrpe::check::default_tolerance(e));
       // The score at (s, t) is the score at (s − base, t − base), near 0.
       const auto q = ref::random_rows<T>(1, d, g.next());
       const auto k = ref::random_rows<T>(1, d, g.next());

@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
 namespace lrpe {
 inline namespace v0 {
@@ -43,14 +44,31 @@ inline cos_sin cos_sin_of(double x) noexcept {
   return {std::cos(x), std::sin(x)};
 }
 
-/// The product m·θ as a + e exactly (a = fl(m·θ), e its rounding error, by one FMA), for a
-/// double m (an integer, |m| ≤ 2^63) and a double θ, barring overflow and underflow.
+/// The product m·θ as a + e exactly (a = fl(m·θ), e its rounding error), for a double m (an
+/// integer, |m| ≤ 2^63) and a double θ, barring overflow. With FMA hardware (FP_FAST_FMA) one
+/// fma; without it Dekker's two-product (Veltkamp splits, exact while no partial product
+/// over- or underflows: |θ| in [2^-900, 2^900]), because std::fma is then glibc's software
+/// fma, ~150 ns a call; outside that range std::fma all the same.
 struct split_product {
   double a, e;
 };
 inline split_product two_product(double m, double theta) noexcept {
   const double a = m * theta;
+#ifdef FP_FAST_FMA
   return {a, std::fma(m, theta, -a)};
+#else
+  const double mag = std::abs(theta);
+  if (!(mag >= 0x1p-900 && mag <= 0x1p900)) return {a, std::fma(m, theta, -a)};
+  constexpr double veltkamp = 0x1p27 + 1;  // splits a double into two halves of 26 bits
+  const auto halves = [](double x) {
+    const double c = veltkamp * x;
+    const double hi = c - (c - x);
+    return std::pair{hi, x - hi};
+  };
+  const auto [mh, ml] = halves(m);
+  const auto [th, tl] = halves(theta);
+  return {a, ((mh * th - a) + mh * tl + ml * th) + ml * tl};
+#endif
 }
 
 /// The position as m_hi + m_lo, both exactly doubles: m_lo = 0 while |s| ≤ 2^53, else

@@ -14,6 +14,8 @@
 
 #include <lrpe/backend/cuda/types.cuh>
 
+#include <cmath>
+
 namespace lrpe {
 inline namespace v0 {
 namespace cuda {
@@ -85,8 +87,9 @@ __device__ __forceinline__ float apply_phi(const device_feature_map& phi, float 
   }
 }
 
-/// x − k·2π for k = rint(x/2π), 2π split in two doubles (two fma): |result| ≲ π, with an error
-/// under 2e-13 for every |x| < 2^64.
+/// x − k·2π for k = rint(fl(x/2π)), 2π split in two doubles (two fma), for |x| < 2^64: the
+/// exact x mod 2π up to 3e-13. Near 2^64 k can be off by hundreds (|result| up to ~3e3 rather
+/// than ≲ π); callers reduce their sum once more.
 __host__ __device__ __forceinline__ double reduce_two_pi(double x) {
   constexpr double inv_two_pi = 0.15915494309189533577;
   constexpr double two_pi_hi = 6.283185307179586232;      // nearest double to 2π
@@ -95,14 +98,35 @@ __host__ __device__ __forceinline__ double reduce_two_pi(double x) {
   return fma(-k, two_pi_lo, fma(-k, two_pi_hi, x));
 }
 
+/// sin and cos in double and in float: CUDA's sincos/sincosf on the device, the standard
+/// functions in the host pass (the GNU sincos is not on every host).
+__host__ __device__ __forceinline__ void sin_cos(double x, double& s, double& c) {
+#ifdef __CUDA_ARCH__
+  sincos(x, &s, &c);
+#else
+  s = std::sin(x);
+  c = std::cos(x);
+#endif
+}
+__host__ __device__ __forceinline__ void sin_cos(float x, float& s, float& c) {
+#ifdef __CUDA_ARCH__
+  sincosf(x, &s, &c);
+#else
+  s = std::sin(x);
+  c = std::cos(x);
+#endif
+}
+
 /**
  * cos and sin of the exact angle s·θ, as detail::angle_cos_sin on the CPU (docs/math.md
  * §Angles): s = m₀ + m₁ (m₁ = 0 while |s| ≤ 2^53, else s mod 2^11), each m·θ split by an fma
  * into a + e exactly, so s·θ = a₀ + e₀ + a₁ + e₁ with no rounding.
  * - `full_double`: the rotations by the parts, each by a double sincos (or, under 2⁻²⁰, its
  *   Taylor terms), multiplied in double — the CPU's arithmetic.
- * - `reduced_float`: each part reduced modulo 2π in double, the sum reduced again, then
- *   sincosf of the remainder (|r| ≲ π): an extra error of about one float ulp over the CPU.
+ * - `reduced_float`: each part reduced modulo 2π in double, the sum reduced again to r, then
+ *   sincosf(float(r)) corrected to first order by r − float(r): about one float ulp over the
+ *   CPU. A part of 2^64 or more (|s·θ| that large: θ > 2 at the int64 ends) is past
+ *   `reduce_two_pi`'s range and takes the full_double arithmetic instead.
  * Host and device: the tests check it on the host against the CPU path, without a GPU.
  */
 __host__ __device__ __forceinline__ void angle_cos_sin(position_t s, double theta, angle_mode mode, float& c, float& sn) {
@@ -111,35 +135,44 @@ __host__ __device__ __forceinline__ void angle_cos_sin(position_t s, double thet
   const position_t m_lo = one_part ? 0 : (s & position_t{2047});
   const double m[2] = {static_cast<double>(s - m_lo), static_cast<double>(m_lo)};
   const int parts = one_part ? 1 : 2;
-  if (mode == angle_mode::full_double) {
-    double cr = 1, sr = 0;
-    const auto rotate = [&](double cx, double sx) {
-      const double c2 = cr * cx - sr * sx;
-      sr = sr * cx + cr * sx;
-      cr = c2;
-    };
-    for (int p = 0; p < parts; ++p) {
-      const double a = m[p] * theta, e = fma(m[p], theta, -a);
-      double sa = 0, ca = 0;
-      sincos(a, &sa, &ca);
-      rotate(ca, sa);
-      if (fabs(e) < 0x1p-20) {
-        rotate(1.0 - 0.5 * e * e, e - e * e * e * (1.0 / 6.0));
-      } else {
-        sincos(e, &sa, &ca);
-        rotate(ca, sa);
-      }
-    }
-    c = static_cast<float>(cr);
-    sn = static_cast<float>(sr);
+  double a[2] = {0, 0}, e[2] = {0, 0};
+  bool in_range = true;
+  for (int p = 0; p < parts; ++p) {
+    a[p] = m[p] * theta;
+    e[p] = fma(m[p], theta, -a[p]);
+    in_range = in_range && fabs(a[p]) < 0x1p64;
+  }
+  if (mode == angle_mode::reduced_float && in_range) {
+    double r = 0;
+    for (int p = 0; p < parts; ++p) r += reduce_two_pi(a[p]) + reduce_two_pi(e[p]);
+    r = reduce_two_pi(r);
+    const float rf = static_cast<float>(r);
+    const float dr = static_cast<float>(r - static_cast<double>(rf));  // |dr| ≤ ulp(π)/2
+    float sf = 0, cf = 0;
+    sin_cos(rf, sf, cf);
+    c = cf - sf * dr;
+    sn = sf + cf * dr;
     return;
   }
-  double r = 0;
+  double cr = 1, sr = 0;
+  const auto rotate = [&](double cx, double sx) {
+    const double c2 = cr * cx - sr * sx;
+    sr = sr * cx + cr * sx;
+    cr = c2;
+  };
   for (int p = 0; p < parts; ++p) {
-    const double a = m[p] * theta, e = fma(m[p], theta, -a);
-    r += reduce_two_pi(a) + reduce_two_pi(e);
+    double sa = 0, ca = 0;
+    sin_cos(a[p], sa, ca);
+    rotate(ca, sa);
+    if (fabs(e[p]) < 0x1p-20) {
+      rotate(1.0 - 0.5 * e[p] * e[p], e[p] - e[p] * e[p] * e[p] * (1.0 / 6.0));
+    } else {
+      sin_cos(e[p], sa, ca);
+      rotate(ca, sa);
+    }
   }
-  sincosf(static_cast<float>(reduce_two_pi(r)), &sn, &c);
+  c = static_cast<float>(cr);
+  sn = static_cast<float>(sr);
 }
 
 /// s mod len in [0, len) for any sign of s.

@@ -6,7 +6,7 @@
  * cos and sin of the exact angle s·θ_k at every int64 position. s·θ_k is split into doubles
  * that sum to it exactly (an FMA two-product; for |s| > 2^53 first s = s_hi + s_lo), each
  * part is reduced and evaluated by xsimd's double `sincos` — whose argument reduction is
- * exact at every magnitude: Cody–Waite with a three-part π/2 up to 2^19·π, fdlibm's
+ * exact at every magnitude: Cody–Waite with a three-part π/2 up to 2^18·π, fdlibm's
  * `__ieee754_rem_pio2` beyond — and the rotations by the parts are multiplied. The rounding
  * error of a part under 2^32 is below 2⁻²⁰ and rotates by its Taylor terms, so the common
  * case costs one sincos, an FMA and a complex product per angle. The result is within a few
@@ -57,8 +57,8 @@ inline void rotate_by(B& c, B& s, const B& e) noexcept {
 }
 
 /// (c, s) of the exact angles m·θ_k, k < w, for one double integer m (`detail::two_product`
-/// per lane, in scalar: std::fma is exact on every arch, where xsimd's fma is two roundings
-/// without FMA hardware).
+/// per lane, in scalar: exact on every arch — one fma, or Dekker's without FMA hardware —
+/// where xsimd's fma is two roundings without it).
 template <class B>
 inline void exact_product_cos_sin(double m, const double* theta, B& c, B& s) noexcept {
   constexpr std::size_t w = B::size;
