@@ -98,19 +98,13 @@ __host__ __device__ __forceinline__ double reduce_two_pi(double x) {
   return fma(-k, two_pi_lo, fma(-k, two_pi_hi, x));
 }
 
-/// sin and cos in double and in float: CUDA's sincos/sincosf on the device, the standard
+/// sin and cos in double or float: CUDA's sincos/sincosf on the device, the standard
 /// functions in the host pass (the GNU sincos is not on every host).
-__host__ __device__ __forceinline__ void sin_cos(double x, double& s, double& c) {
+template <class F>
+__host__ __device__ __forceinline__ void sin_cos(F x, F& s, F& c) {
 #ifdef __CUDA_ARCH__
-  sincos(x, &s, &c);
-#else
-  s = std::sin(x);
-  c = std::cos(x);
-#endif
-}
-__host__ __device__ __forceinline__ void sin_cos(float x, float& s, float& c) {
-#ifdef __CUDA_ARCH__
-  sincosf(x, &s, &c);
+  if constexpr (std::is_same_v<F, double>) sincos(x, &s, &c);
+  else sincosf(x, &s, &c);
 #else
   s = std::sin(x);
   c = std::cos(x);
