@@ -170,6 +170,14 @@ def main():
                   f"per token on the SIMD backend (direct kernel), reference {fmt_r(None if sm_ref is None else sm_ref * 1e6, 1)} us "
                   f"(x{fmt_r(ratio(sm_ref, sm_simd))}); K+V read at {fmt_r(c(f'softmax_decode/{n}/1', 'GBps'), 1)} GB/s, "
                   f"{fmt_r(c(f'softmax_decode/{n}/1', 'frac_copy'))} of the matching copy anchor")
+    for n in (4096, 16384):
+        g_ref, g_simd, g_rep = (t(f"softmax_decode_gqa/{n}/{m}") for m in (0, 1, 2))
+        if g_simd is not None:
+            print(f"softmax decode, GQA 32 query heads over 8 K/V heads, d = 64, n = {n}: {fmt_r(g_simd * 1e6, 1)} us "
+                  f"per token grouped (SIMD), K/V repeated to 32 heads {fmt_r(None if g_rep is None else g_rep * 1e6, 1)} us "
+                  f"(x{fmt_r(ratio(g_rep, g_simd))}), reference {fmt_r(None if g_ref is None else g_ref * 1e6, 1)} us "
+                  f"(x{fmt_r(ratio(g_ref, g_simd))}); the 8 heads' K+V at {fmt_r(c(f'softmax_decode_gqa/{n}/1', 'GBps'), 1)} GB/s, "
+                  f"{fmt_r(c(f'softmax_decode_gqa/{n}/1', 'frac_copy'))} of the matching copy anchor")
     for name, label in (("softmax_simd_rope/4096", "softmax causal with RoPE"),
                         ("softmax_simd_alibi/4096", "softmax causal with ALiBi")):
         if t(name) is not None:
