@@ -669,7 +669,7 @@ struct l_kernel<Arch, lambda::rotation<T>> {
 #endif
 
   /// True when `apply_rows_odd_even` runs for width d: interleaved pairs, d even, AVX-512 float.
-  [[nodiscard]] bool folds_odd_even(index_t d) const noexcept {
+  [[nodiscard]] bool folds_odd_even([[maybe_unused]] index_t d) const noexcept {
 #if defined(__AVX512F__)
     if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, Arch>)
       return interleaved_ && d == d_ && d % 2 == 0;
