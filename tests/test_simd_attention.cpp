@@ -307,6 +307,44 @@ TEST_CASE_TEMPLATE("simd softmax, the direct kernel (at most 8 query rows: decod
   }
 }
 
+TEST_CASE_TEMPLATE("simd softmax, the direct kernel past its prefetch threshold (a long KV cache) == reference", T,
+                   float, double) {
+  // The keys a group reads hold at least softmax_direct_prefetch_bytes of K and V: the kernel
+  // then prefetches the next block's V rows. Sizes just past it (and a causal group whose
+  // visible prefix is below it), K and V through row strides, ALiBi or none.
+  constexpr std::size_t threshold = lrpe::backend::simd_detail::softmax_direct_prefetch_bytes;
+  const std::uint64_t seed = 0x51D0'0021;
+  MESSAGE("seed = " << seed);
+  lrpe::generator g(seed);
+  const index_t d = 64, dv = 40;
+  const auto past = static_cast<index_t>(threshold / ((d + dv) * sizeof(T)));  // keys at the threshold
+  for (const index_t nk : {past + 37, past + 1, 2 * past}) {
+    for (const index_t nq : {index_t(1), index_t(5)}) {
+      for (int variant = 0; variant < 3; ++variant) {
+        const bool causal = variant != 1, biased = variant == 2;
+        INFO("nk=" << nk << " nq=" << nq << " causal=" << causal << " bias=" << biased);
+        const index_t stride = d + 3, vstride = dv + 8;
+        const rm<T> q = random_matrix<T>(g, nq, d), kb = random_matrix<T>(g, nk, stride), vb = random_matrix<T>(g, nk, vstride);
+        const lrpe::matrix_view<const T> k(kb.data(), nk, d, stride), v(vb.data(), nk, dv, vstride);
+        lrpe::softmax_options<> opt{.causal = causal};
+        // the queries at the end of the cache, or (variant 2) where they see about half of it
+        opt.q_positions = variant == 2 ? nk / 2 : nk - nq;
+        rm<T> ref(nq, dv), out(nq, dv);
+        out.setConstant(T(123));
+        if (biased) {
+          const lrpe::canonical::alibi<T> alibi(d, {0.25}, lrpe::canonical::alibi_form::causal);
+          lrpe::softmax_attention(q, k, v, ref, alibi, opt);
+          lrpe::softmax_attention(q, k, v, out, alibi, opt, lrpe::backend::simd<>{});
+        } else {
+          lrpe::softmax_attention(q, k, v, ref, lrpe::no_encoding{}, opt);
+          lrpe::softmax_attention(q, k, v, out, lrpe::no_encoding{}, opt, lrpe::backend::simd<>{});
+        }
+        CHECK(diff(out, ref) <= tolerance<T>());
+      }
+    }
+  }
+}
+
 TEST_CASE_TEMPLATE("simd softmax, the direct kernel: a pool, and a NaN reaches exactly the rows that see it", T, float,
                    double) {
   const index_t nk = 150, d = 64, dv = 24;

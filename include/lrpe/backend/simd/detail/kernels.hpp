@@ -23,6 +23,7 @@
  */
 #pragma once
 
+#include <lrpe/backend/simd/detail/prefetch.hpp>
 #include <lrpe/backend/simd/sincos.hpp>
 #include <lrpe/backend/simd/xsimd_compat.hpp>
 #include <lrpe/lambda/complex_phase.hpp>
@@ -107,24 +108,6 @@ struct identity_map {
 /// heads: 1.5× RoPE without, 1.2–1.35× with 32 rows = 8 KiB at d = 64 float; 16 and 48 were
 /// no better).
 inline constexpr index_t mapped_prefetch_rows = 32;
-
-/// Prefetches the `n` elements of one row: by default for a single use soon (non-temporal
-/// hint); `Locality` = 2 keeps it in L2 for use a few microseconds later.
-template <int Locality = 0, class T>
-LRPE_ALWAYS_INLINE void prefetch_row(const T* p, index_t n) noexcept {
-  const char* c = reinterpret_cast<const char*>(p);
-  const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(T);
-  for (std::size_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, Locality);
-}
-
-/// Prefetches the `n` elements of a row about to be written (`prefetchw` where the target has
-/// it: the lines arrive owned, so the stores do not wait on a read for ownership).
-template <class T>
-LRPE_ALWAYS_INLINE void prefetch_row_for_write(T* p, index_t n) noexcept {
-  char* c = reinterpret_cast<char*>(p);
-  const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(T);
-  for (std::size_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 1, 2);
-}
 
 /// f(r, state of row r) for the m rows of x (d features, rows xs apart), states computed a
 /// group at a time, inputs prefetched `mapped_prefetch_rows` ahead.

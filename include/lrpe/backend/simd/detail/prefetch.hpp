@@ -1,0 +1,38 @@
+/**
+ * @file prefetch.hpp
+ * Internal: software prefetches of whole rows, for the SIMD kernels whose access patterns the
+ * hardware prefetchers follow badly (several row streams at once, page-sized rows).
+ */
+#pragma once
+
+#include <lrpe/core/config.hpp>
+
+#include <cstddef>
+
+namespace lrpe {
+inline namespace v0 {
+namespace backend {
+namespace simd_detail {
+
+/// Prefetches the `n` elements of one row: by default for a single use soon (non-temporal
+/// hint); `Locality` = 2 keeps it in L2 for use a few microseconds later, 3 in L1.
+template <int Locality = 0, class T>
+LRPE_ALWAYS_INLINE void prefetch_row(const T* p, index_t n) noexcept {
+  const char* c = reinterpret_cast<const char*>(p);
+  const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(T);
+  for (std::size_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, Locality);
+}
+
+/// Prefetches the `n` elements of a row about to be written (`prefetchw` where the target has
+/// it: the lines arrive owned, so the stores do not wait on a read for ownership).
+template <class T>
+LRPE_ALWAYS_INLINE void prefetch_row_for_write(T* p, index_t n) noexcept {
+  char* c = reinterpret_cast<char*>(p);
+  const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(T);
+  for (std::size_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 1, 2);
+}
+
+}  // namespace simd_detail
+}  // namespace backend
+}  // namespace v0
+}  // namespace lrpe
