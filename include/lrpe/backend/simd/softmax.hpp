@@ -7,8 +7,8 @@
  * a tile so that keys are the SIMD dimension; V is copied with its rows padded to W. Per query
  * tile of BQ rows (pre-scaled by scale·log₂e, so the exponent is a bare exp2):
  *
- *     S   = Q̂ Kᵀ             register-blocked R×4W micro-kernel (R = 6 rows with 32 vector
- *                            registers, 2 with 16), d-loop of broadcast·FMA
+ *     S   = Q̂ Kᵀ             register-blocked micro-kernel of R = 6 rows × 4W keys with 32
+ *                            vector registers, two 6×2W calls with 16; d-loop of broadcast·FMA
  *     S  += log₂e·bias        additive encodings (ALiBi, T5, tables): one bias(s, t) call per
  *                            diagonal t − s of the tile when positions are offsets (the bias
  *                            contract: a function of t − s), else one per entry
@@ -17,7 +17,7 @@
  *     m, l, α, P = 2^(S−m)   W rows at a time: row maxima and sums by transposing reductions
  *                            (compat::hmaxp/haddp), vectorised exp2 (polynomial, exact 0 for
  *                            masked entries), α of the W rows by one exp2
- *     O   = α·O + P V         register-blocked R×(≤4W) micro-kernel
+ *     O   = α·O + P V         register-blocked micro-kernel, 6×(≤4W) (16 registers: 6×(≤2W))
  *
  * Calls of at most `softmax_direct_max_rows` query rows (decode steps over a KV cache) take the
  * direct kernel instead (`softmax_direct`): K and V read as they are, no packing.
@@ -60,8 +60,12 @@ struct softmax_tiling {
   static constexpr index_t W = static_cast<index_t>(xsimd::batch<T, A>::size);  ///< lanes
   static constexpr index_t U = 4;                                             ///< key vectors per tile
   static constexpr index_t BK = U * W;                                        ///< keys per tile
-  static constexpr index_t R = wide_register_file<A> ? 6 : 2;                 ///< rows per micro-kernel
+  static constexpr index_t R = 6;                                             ///< rows per micro-kernel
   static constexpr index_t BQ = R * 8;                                        ///< query rows per tile
+  /// Vectors per row of one micro-kernel call: R·UM accumulators, UM operand vectors and a
+  /// broadcast in registers (27 of 32 with AVX-512, 15 of 16 with AVX2 or SSE); a tile's 4
+  /// vectors then take 4 / UM calls.
+  static constexpr index_t UM = wide_register_file<A> ? 4 : 2;
 };
 
 /// Full unrolling of the micro-kernels' fixed-size loops (keeps the accumulators in registers).
@@ -149,16 +153,26 @@ inline void qk_micro(const T* q, index_t qs, const T* kp, index_t d, T* s, index
     for (index_t u = 0; u < U; ++u) acc[r][u].store_aligned(s + r * ss + u * W);
 }
 
-/// `qk_micro` over the first `keys` keys of the tile only (rounded up to whole vectors; 0 < keys ≤ BK).
+/// `qk_micro` over the first `keys` keys of the tile only (rounded up to whole vectors; 0 < keys ≤ BK),
+/// at most UM vectors per call.
 template <index_t R, class T, class A>
 inline void qk_micro_prefix(index_t keys, const T* q, index_t qs, const T* kp, index_t d, T* s, index_t ss) noexcept {
-  constexpr index_t W = softmax_tiling<T, A>::W;
-  static_assert(softmax_tiling<T, A>::U == 4);
-  switch ((keys + W - 1) / W) {
-    case 1: qk_micro<R, T, A, 1>(q, qs, kp, d, s, ss); break;
-    case 2: qk_micro<R, T, A, 2>(q, qs, kp, d, s, ss); break;
-    case 3: qk_micro<R, T, A, 3>(q, qs, kp, d, s, ss); break;
-    default: qk_micro<R, T, A, 4>(q, qs, kp, d, s, ss); break;
+  using tl = softmax_tiling<T, A>;
+  constexpr index_t W = tl::W;
+  static_assert(tl::U == 4 && (tl::UM == 4 || tl::UM == 2));
+  const index_t vectors = (keys + W - 1) / W;
+  if constexpr (tl::UM == 4) {
+    switch (vectors) {
+      case 1: qk_micro<R, T, A, 1>(q, qs, kp, d, s, ss); break;
+      case 2: qk_micro<R, T, A, 2>(q, qs, kp, d, s, ss); break;
+      case 3: qk_micro<R, T, A, 3>(q, qs, kp, d, s, ss); break;
+      default: qk_micro<R, T, A, 4>(q, qs, kp, d, s, ss); break;
+    }
+  } else {
+    if (vectors == 1) qk_micro<R, T, A, 1>(q, qs, kp, d, s, ss);
+    else qk_micro<R, T, A, 2>(q, qs, kp, d, s, ss);
+    if (vectors == 3) qk_micro<R, T, A, 1>(q, qs, kp + 2 * W, d, s + 2 * W, ss);
+    else if (vectors >= 4) qk_micro<R, T, A, 2>(q, qs, kp + 2 * W, d, s + 2 * W, ss);
   }
 }
 
@@ -197,13 +211,13 @@ inline void pv_micro(const T* p, index_t prs, index_t pcs, const T* alpha, const
     for (index_t u = 0; u < VU; ++u) acc[r][u].store_aligned(o + r * os + u * W);
 }
 
-/// The R-row block of O = α·O + P·V over all value columns (chunks of 4 vectors, then the rest).
+/// The R-row block of O = α·O + P·V over all value columns (chunks of UM vectors, then the rest).
 template <index_t R, class T, class A>
 inline void pv_rows(const T* p, index_t prs, index_t pcs, const T* alpha, const T* v, index_t dvp, index_t nk,
                     T* o) noexcept {
-  constexpr index_t W = xsimd::batch<T, A>::size;
+  constexpr index_t W = xsimd::batch<T, A>::size, UM = softmax_tiling<T, A>::UM;
   index_t c = 0;
-  for (; c + 4 * W <= dvp; c += 4 * W) pv_micro<R, 4, T, A>(p, prs, pcs, alpha, v + c, dvp, nk, o + c, dvp);
+  for (; c + UM * W <= dvp; c += UM * W) pv_micro<R, UM, T, A>(p, prs, pcs, alpha, v + c, dvp, nk, o + c, dvp);
   switch ((dvp - c) / W) {
     case 3: pv_micro<R, 3, T, A>(p, prs, pcs, alpha, v + c, dvp, nk, o + c, dvp); break;
     case 2: pv_micro<R, 2, T, A>(p, prs, pcs, alpha, v + c, dvp, nk, o + c, dvp); break;
@@ -307,8 +321,7 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
     // below: S is formed only over the prefix's whole vectors (the diagonal tiles' upper half).
     for (index_t i = 0; i < bqp; i += R) {
       if (group_keys[i / R] == 0) continue;
-      if (mask && k_offsets) qk_micro_prefix<R, T, A>(group_keys[i / R], qt + i * d, d, kp, d, st + i * BK, BK);
-      else qk_micro<R, T, A>(qt + i * d, d, kp, d, st + i * BK, BK);
+      qk_micro_prefix<R, T, A>(mask && k_offsets ? group_keys[i / R] : BK, qt + i * d, d, kp, d, st + i * BK, BK);
     }
 
     if constexpr (has_bias) {
