@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -263,6 +264,26 @@ TEST_CASE_TEMPLATE("softmax, reference and SIMD: a NaN or overflowing logit make
   }
 }
 
+using lrpe::canonical::alibi_form;
+
+/// max |SIMD − reference| (relative, `diff`) of one softmax call with no encoding, or ALiBi of
+/// slope 0.25 in the given form; the SIMD output starts as 123 so unwritten entries show.
+template <class T>
+double direct_vs_reference(const rm<T>& q, const lrpe::matrix_view<const T>& k, const lrpe::matrix_view<const T>& v,
+                           const lrpe::softmax_options<>& opt, std::optional<alibi_form> bias) {
+  rm<T> ref(q.rows(), v.cols), out(q.rows(), v.cols);
+  out.setConstant(T(123));
+  if (bias) {
+    const lrpe::canonical::alibi<T> alibi(q.cols(), {0.25}, *bias);
+    lrpe::softmax_attention(q, k, v, ref, alibi, opt);
+    lrpe::softmax_attention(q, k, v, out, alibi, opt, lrpe::backend::simd<>{});
+  } else {
+    lrpe::softmax_attention(q, k, v, ref, lrpe::no_encoding{}, opt);
+    lrpe::softmax_attention(q, k, v, out, lrpe::no_encoding{}, opt, lrpe::backend::simd<>{});
+  }
+  return diff(out, ref);
+}
+
 TEST_CASE_TEMPLATE("simd softmax, the direct kernel (at most 8 query rows: decode steps) == reference", T, float,
                    double) {
   // nq = 1 … 9 (9 takes the tiled kernel), keys around the block of 4 vectors, widths that are
@@ -293,17 +314,8 @@ TEST_CASE_TEMPLATE("simd softmax, the direct kernel (at most 8 query rows: decod
     } else {
       opt.q_positions = nk - nq;
     }
-    rm<T> ref(nq, dv), out(nq, dv);
-    out.setConstant(T(123));
-    if (biased) {
-      const lrpe::canonical::alibi<T> alibi(d, {0.25}, lrpe::canonical::alibi_form::symmetric);
-      lrpe::softmax_attention(q, k, v, ref, alibi, opt);
-      lrpe::softmax_attention(q, k, v, out, alibi, opt, lrpe::backend::simd<>{});
-    } else {
-      lrpe::softmax_attention(q, k, v, ref, lrpe::no_encoding{}, opt);
-      lrpe::softmax_attention(q, k, v, out, lrpe::no_encoding{}, opt, lrpe::backend::simd<>{});
-    }
-    CHECK(diff(out, ref) <= tolerance<T>());
+    CHECK(direct_vs_reference<T>(q, k, v, opt, biased ? alibi_form::symmetric : std::optional<alibi_form>{}) <=
+          tolerance<T>());
   }
 }
 
@@ -329,17 +341,8 @@ TEST_CASE_TEMPLATE("simd softmax, the direct kernel past its prefetch threshold 
         lrpe::softmax_options<> opt{.causal = causal};
         // the queries at the end of the cache, or (variant 2) where they see about half of it
         opt.q_positions = variant == 2 ? nk / 2 : nk - nq;
-        rm<T> ref(nq, dv), out(nq, dv);
-        out.setConstant(T(123));
-        if (biased) {
-          const lrpe::canonical::alibi<T> alibi(d, {0.25}, lrpe::canonical::alibi_form::causal);
-          lrpe::softmax_attention(q, k, v, ref, alibi, opt);
-          lrpe::softmax_attention(q, k, v, out, alibi, opt, lrpe::backend::simd<>{});
-        } else {
-          lrpe::softmax_attention(q, k, v, ref, lrpe::no_encoding{}, opt);
-          lrpe::softmax_attention(q, k, v, out, lrpe::no_encoding{}, opt, lrpe::backend::simd<>{});
-        }
-        CHECK(diff(out, ref) <= tolerance<T>());
+        CHECK(direct_vs_reference<T>(q, k, v, opt, biased ? alibi_form::causal : std::optional<alibi_form>{}) <=
+              tolerance<T>());
       }
     }
   }
