@@ -269,7 +269,7 @@ using lrpe::canonical::alibi_form;
 /// max |SIMD − reference| (relative, `diff`) of one softmax call with no encoding, or ALiBi of
 /// slope 0.25 in the given form; the SIMD output starts as 123 so unwritten entries show.
 template <class T>
-double direct_vs_reference(const rm<T>& q, const lrpe::matrix_view<const T>& k, const lrpe::matrix_view<const T>& v,
+double simd_vs_reference(const rm<T>& q, const lrpe::matrix_view<const T>& k, const lrpe::matrix_view<const T>& v,
                            const lrpe::softmax_options<>& opt, std::optional<alibi_form> bias) {
   rm<T> ref(q.rows(), v.cols), out(q.rows(), v.cols);
   out.setConstant(T(123));
@@ -314,7 +314,7 @@ TEST_CASE_TEMPLATE("simd softmax, the direct kernel (at most 8 query rows: decod
     } else {
       opt.q_positions = nk - nq;
     }
-    CHECK(direct_vs_reference<T>(q, k, v, opt, biased ? alibi_form::symmetric : std::optional<alibi_form>{}) <=
+    CHECK(simd_vs_reference<T>(q, k, v, opt, biased ? alibi_form::symmetric : std::optional<alibi_form>{}) <=
           tolerance<T>());
   }
 }
@@ -341,9 +341,33 @@ TEST_CASE_TEMPLATE("simd softmax, the direct kernel past its prefetch threshold 
         lrpe::softmax_options<> opt{.causal = causal};
         // the queries at the end of the cache, or (variant 2) where they see about half of it
         opt.q_positions = variant == 2 ? nk / 2 : nk - nq;
-        CHECK(direct_vs_reference<T>(q, k, v, opt, biased ? alibi_form::causal : std::optional<alibi_form>{}) <=
+        CHECK(simd_vs_reference<T>(q, k, v, opt, biased ? alibi_form::causal : std::optional<alibi_form>{}) <=
               tolerance<T>());
       }
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("simd softmax, the tiled kernel past its tile prefetch threshold == reference", T, float, double) {
+  // Packed K and V of at least softmax_tile_prefetch_bytes: every query tile prefetches the next
+  // key tile. Keys just past it with a partial last tile, query blocks of 9 to 100 rows, causal
+  // (the queries at the end of the keys, or in their middle) or not, ALiBi or none.
+  constexpr std::size_t threshold = lrpe::backend::simd_detail::softmax_tile_prefetch_bytes;
+  const std::uint64_t seed = 0x51D0'0022;
+  MESSAGE("seed = " << seed);
+  lrpe::generator g(seed);
+  const index_t d = 64, dv = 64;
+  const auto past = static_cast<index_t>(threshold / ((d + dv) * sizeof(T))) + 5;
+  for (const index_t nq : {index_t(9), index_t(50), index_t(100)}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool causal = variant != 0, biased = variant == 3;
+      INFO("nk=" << past << " nq=" << nq << " variant=" << variant);
+      const rm<T> q = random_matrix<T>(g, nq, d), kb = random_matrix<T>(g, past, d), vb = random_matrix<T>(g, past, dv);
+      const lrpe::matrix_view<const T> k(kb.data(), past, d, d), v(vb.data(), past, dv, dv);
+      lrpe::softmax_options<> opt{.causal = causal};
+      opt.q_positions = variant == 2 ? past / 2 : past - nq;
+      CHECK(simd_vs_reference<T>(q, k, v, opt, biased ? alibi_form::causal : std::optional<alibi_form>{}) <=
+            tolerance<T>());
     }
   }
 }

@@ -32,6 +32,15 @@ LRPE_ALWAYS_INLINE void prefetch_row_for_write(T* p, index_t n) noexcept {
   for (std::size_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 1, 2);
 }
 
+/// Prefetches part `part` of `parts` of the 64-byte lines of [p, p + bytes) into L2: a block
+/// fetched a slice at a time over some computation, so that the misses do not all wait at once
+/// on the L1 miss buffers.
+LRPE_ALWAYS_INLINE void prefetch_part(const void* p, std::size_t bytes, std::size_t part, std::size_t parts) noexcept {
+  const char* c = static_cast<const char*>(p);
+  const std::size_t lines = (bytes + 63) / 64;
+  for (std::size_t l = part * lines / parts; l < (part + 1) * lines / parts; ++l) __builtin_prefetch(c + 64 * l, 0, 2);
+}
+
 }  // namespace simd_detail
 }  // namespace backend
 }  // namespace v0
