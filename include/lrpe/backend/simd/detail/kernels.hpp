@@ -730,6 +730,32 @@ struct l_kernel<Arch, lambda::rotation<T>> {
       }
     }
 #endif
+#if defined(__AVX2__) && defined(__FMA__)
+    if constexpr (std::is_base_of_v<xsimd::avx2, Arch>) {
+      // AVX2: the generic loop's three cross-lane vpermps per vector are the kernel's cost
+      // (interleaved ran at half the split-half speed with the table in L1). Here c and s are
+      // loaded as one 128-bit half broadcast to both lanes and duplicated by an in-lane
+      // vpermilps, the pair swap is an in-lane immediate permute, and fmaddsub does the signs.
+      if constexpr (std::is_same_v<T, float>) {
+        const __m256i dup_idx = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+        for (; i + 8 <= e; i += 8) {
+          const __m256 xv = map.map(st, i, b(_mm256_loadu_ps(x + i)));
+          const __m256 xs = _mm256_permute_ps(xv, 0xB1);
+          const __m256 cv = _mm256_permutevar_ps(_mm256_broadcast_ps(reinterpret_cast<const __m128*>(c + i / 2)), dup_idx);
+          const __m256 sv = _mm256_permutevar_ps(_mm256_broadcast_ps(reinterpret_cast<const __m128*>(s + i / 2)), dup_idx);
+          store<Stream>(b(_mm256_fmaddsub_ps(xv, cv, _mm256_mul_ps(xs, sv))), y + i);
+        }
+      } else {
+        for (; i + 4 <= e; i += 4) {
+          const __m256d xv = map.map(st, i, b(_mm256_loadu_pd(x + i)));
+          const __m256d xs = _mm256_permute_pd(xv, 0x5);
+          const __m256d cv = _mm256_permute_pd(_mm256_broadcast_pd(reinterpret_cast<const __m128d*>(c + i / 2)), 0xC);
+          const __m256d sv = _mm256_permute_pd(_mm256_broadcast_pd(reinterpret_cast<const __m128d*>(s + i / 2)), 0xC);
+          store<Stream>(b(_mm256_fmaddsub_pd(xv, cv, _mm256_mul_pd(xs, sv))), y + i);
+        }
+      }
+    }
+#endif
     for (; i + w <= e; i += w) {  // w is even: a vector never splits a pair
       const b xv = map.map(st, i, b::load_unaligned(x + i));
       const b xs = xsimd::swizzle(xv, swap);
