@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <limits>
 #include <new>
+#include <string>
 #include <vector>
 
 // ---------------------------------------------------------------- allocation counter
@@ -103,8 +104,9 @@ E make(index_t d) {
   return E(d);
 }
 
-/// Widths: tiny, odd, not multiples of 4/8/16, exact multiples, one above the FFT limit.
-constexpr index_t widths[] = {2, 3, 5, 8, 13, 16, 31, 33, 64, 65, 100, 128, 256};
+/// Widths: tiny, odd, not multiples of 4/8/16, exact multiples, the FFT limit (256), and one
+/// past the 256-element stack row of the AVX2 mapped permute (Type 4: its fallback).
+constexpr index_t widths[] = {2, 3, 5, 8, 13, 16, 31, 33, 64, 65, 100, 128, 256, 300};
 
 }  // namespace
 
@@ -124,7 +126,7 @@ TEST_CASE_TEMPLATE("simd encode == reference for every preset (random n, d, posi
       const index_t n = rep == 0 ? 1 : rep == 1 ? 1 + static_cast<index_t>(g.below(90)) : 257 + static_cast<index_t>(g.below(200));
       const pos_case pc = random_positions(g, n);
       const long double err = simd_vs_reference(e, n, pc, g.next());
-      INFO("d = " << d << ", n = " << n << (pc.array ? ", position array" : ", offset ") << pc.offset);
+      INFO("d = " << d << ", n = " << n << std::string(pc.array ? ", position array" : ", offset ") << pc.offset);
       CHECK(err <= tol<T>(d));
     }
   }
@@ -338,15 +340,16 @@ TEST_CASE("simd angles at position ±1e6 in float match a long-double reference 
   }
 }
 
-TEST_CASE_TEMPLATE("simd encode: non-temporal stores give the same bits; misaligned outputs fall back", E,
-                   LRPE_PRESETS(float), LRPE_PRESETS(double)) {
-  // The threshold only picks the store instruction, so streamed results must equal the cached
-  // ones bit for bit, for aligned outputs (streamed) and outputs one element off (not streamed).
+namespace {
+/// The stream threshold only picks the store instruction, so streamed results must equal the
+/// cached ones bit for bit, for aligned outputs (streamed) and outputs one element off (not
+/// streamed); and the result is still the reference's.
+template <class E>
+void check_streamed_bits(const E& e) {
   using T = typename E::scalar;
-  constexpr index_t n = 77, d = 64;
-  const E e = make<E>(d);
+  constexpr index_t n = 77;
+  const index_t d = e.dim(), f = e.feature_dim();
   const auto x = ref::random_rows<T>(n, d, 4242);
-  const index_t f = e.feature_dim();
   lrpe::simd_encoder<E> se(e);
   CHECK(se.stream_threshold() == lrpe::simd_encoder<E>::default_stream_threshold);
   lrpe::row_matrix<T> cached(n, f);
@@ -362,8 +365,21 @@ TEST_CASE_TEMPLATE("simd encode: non-temporal stores give the same bits; misalig
   for (index_t i = 0; i < n; ++i)
     for (index_t j = 0; j < f; ++j) same = same && buf[static_cast<std::size_t>(i * f + j + 1)] == cached(i, j);
   CHECK(same);
-  // And the result is still the reference's.
   CHECK(ref::max_abs_diff(cached, e.encode(x, lrpe::positions(11))) <= tol<T>(d));
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("simd encode: non-temporal stores give the same bits; misaligned outputs fall back", E,
+                   LRPE_PRESETS(float), LRPE_PRESETS(double)) {
+  check_streamed_bits(make<E>(64));
+}
+
+TEST_CASE_TEMPLATE("simd encode: a permutation P alone (Λ = I) streams the same bits", T, float, double) {
+  // P writes the output itself here (no Λ pass), with non-temporal stores past the threshold.
+  for (index_t d : {64, 61}) {
+    INFO("d = " << d);
+    check_streamed_bits(lrpe::encoder(lrpe::p::permutation<T>::seeded(d, 3), lrpe::lambda::identity<T>(d)));
+  }
 }
 
 TEST_CASE_TEMPLATE("simd tables over runs of positions match a long-double reference at every int64 offset", T,

@@ -349,7 +349,8 @@ class simd_encoder {
     } else if constexpr (lk_type::is_identity) {
       for (index_t r = 0; r < m; ++r) {
         prefetch_row(jb.x, r0 + r + prefetch_ahead, r0 + m);
-        pk_->apply(jb.x.row(r0 + r), jb.out.row(r0 + r));
+        if constexpr (p_streams) pk_->template apply<Stream>(jb.x.row(r0 + r), jb.out.row(r0 + r));
+        else pk_->apply(jb.x.row(r0 + r), jb.out.row(r0 + r));
       }
     } else {
       const index_t d = enc_->dim();
@@ -384,6 +385,11 @@ class simd_encoder {
   /// Rows per P-then-Λ sub-block of a fused chain (scratch: fused_rows × d scalars).
   static constexpr index_t fused_rows = 16;
 
+  /// P alone (Λ = I) can store its rows non-temporally: a permutation writes full vectors.
+  static constexpr bool p_streams = requires(const pk_type& pk, const scalar* x, scalar* y) {
+    pk.template apply<true>(x, y);
+  };
+
   /// Encodes `count` jobs of `rows` rows at positions `pos` through the P and Λ kernels.
   template <class LK = lk_type>
   void run_table(const backend::simd_detail::job<scalar>* jobs, index_t count, index_t rows,
@@ -406,7 +412,7 @@ class simd_encoder {
       fill_block(lk, pos, r0, m, table, tw, c.data(), s.data());
       for (index_t j = 0; j < count; ++j) {
         const auto& jb = jobs[j];
-        if (stream && !LK::is_identity && can_stream(jb, lk)) {
+        if (stream && (!LK::is_identity || p_streams) && can_stream(jb, lk)) {
           streamed = true;
           run_rows<true>(jb, r0, m, table, tw, scratch);
         } else {
