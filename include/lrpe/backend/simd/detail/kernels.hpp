@@ -683,11 +683,15 @@ struct l_kernel<Arch, lambda::rotation<T>> {
   }
 #endif
 
-  /// True when `apply_rows_odd_even` runs for width d: interleaved pairs, d even, AVX-512 float.
+  /// True when `apply_rows_odd_even` runs for width d: interleaved pairs, d even, AVX-512 float
+  /// or AVX2.
   [[nodiscard]] bool folds_odd_even([[maybe_unused]] index_t d) const noexcept {
 #if defined(__AVX512F__)
     if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, Arch>)
       return interleaved_ && d == d_ && d % 2 == 0;
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+    if constexpr (std::is_base_of_v<xsimd::avx2, Arch>) return interleaved_ && d == d_ && d % 2 == 0;
 #endif
     return false;
   }
@@ -721,6 +725,30 @@ struct l_kernel<Arch, lambda::rotation<T>> {
           const __m512 yb = _mm512_fmadd_ps(bb, cv, _mm512_mul_ps(a, sv));
           store<Stream>(b(_mm512_permutex2var_ps(ya, lo, yb)), out + 2 * k);
           store<Stream>(b(_mm512_permutex2var_ps(ya, hi, yb)), out + 2 * k + 16);
+        }
+      }
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+      // AVX2: the outputs interleaved by an in-lane unpack pair and two 128-bit lane selects
+      if constexpr (std::is_base_of_v<xsimd::avx2, Arch> && std::is_same_v<T, float>) {
+        for (; k + 8 <= half_; k += 8) {
+          const __m256 a = _mm256_loadu_ps(xa + k), bb = _mm256_loadu_ps(xb + k);
+          const __m256 cv = _mm256_loadu_ps(c + k), sv = _mm256_loadu_ps(s + k);
+          const __m256 ya = _mm256_fmsub_ps(a, cv, _mm256_mul_ps(bb, sv));
+          const __m256 yb = _mm256_fmadd_ps(bb, cv, _mm256_mul_ps(a, sv));
+          const __m256 lo = _mm256_unpacklo_ps(ya, yb), hi = _mm256_unpackhi_ps(ya, yb);
+          store<Stream>(b(_mm256_permute2f128_ps(lo, hi, 0x20)), out + 2 * k);
+          store<Stream>(b(_mm256_permute2f128_ps(lo, hi, 0x31)), out + 2 * k + 8);
+        }
+      } else if constexpr (std::is_base_of_v<xsimd::avx2, Arch>) {
+        for (; k + 4 <= half_; k += 4) {
+          const __m256d a = _mm256_loadu_pd(xa + k), bb = _mm256_loadu_pd(xb + k);
+          const __m256d cv = _mm256_loadu_pd(c + k), sv = _mm256_loadu_pd(s + k);
+          const __m256d ya = _mm256_fmsub_pd(a, cv, _mm256_mul_pd(bb, sv));
+          const __m256d yb = _mm256_fmadd_pd(bb, cv, _mm256_mul_pd(a, sv));
+          const __m256d lo = _mm256_unpacklo_pd(ya, yb), hi = _mm256_unpackhi_pd(ya, yb);
+          store<Stream>(b(_mm256_permute2f128_pd(lo, hi, 0x20)), out + 2 * k);
+          store<Stream>(b(_mm256_permute2f128_pd(lo, hi, 0x31)), out + 2 * k + 4);
         }
       }
 #endif
