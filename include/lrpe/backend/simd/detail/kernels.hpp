@@ -557,6 +557,24 @@ struct l_kernel<Arch, lambda::identity<T>> {
   index_t d_;
 };
 
+#if defined(__AVX2__)
+/// AVX2: lo, hi = the first and second w lanes of (a0, b0, a1, b1, …), by an in-lane unpack pair
+/// and two 128-bit lane selects.
+template <class T, class Arch>
+LRPE_ALWAYS_INLINE void interleave_avx2(const xsimd::batch<T, Arch>& a, const xsimd::batch<T, Arch>& b,
+                                        xsimd::batch<T, Arch>& lo, xsimd::batch<T, Arch>& hi) noexcept {
+  if constexpr (std::is_same_v<T, float>) {
+    const __m256 l = _mm256_unpacklo_ps(a, b), h = _mm256_unpackhi_ps(a, b);
+    lo = _mm256_permute2f128_ps(l, h, 0x20);
+    hi = _mm256_permute2f128_ps(l, h, 0x31);
+  } else {
+    const __m256d l = _mm256_unpacklo_pd(a, b), h = _mm256_unpackhi_pd(a, b);
+    lo = _mm256_permute2f128_pd(l, h, 0x20);
+    hi = _mm256_permute2f128_pd(l, h, 0x31);
+  }
+}
+#endif
+
 /// Rotation blocks in either pairing. Table row: C[half] | S[half] | w − 1 pad (both pairings).
 template <class Arch, class T>
 struct l_kernel<Arch, lambda::rotation<T>> {
@@ -729,26 +747,14 @@ struct l_kernel<Arch, lambda::rotation<T>> {
       }
 #endif
 #if defined(__AVX2__) && defined(__FMA__)
-      // AVX2: the outputs interleaved by an in-lane unpack pair and two 128-bit lane selects
-      if constexpr (std::is_base_of_v<xsimd::avx2, Arch> && std::is_same_v<T, float>) {
-        for (; k + 8 <= half_; k += 8) {
-          const __m256 a = _mm256_loadu_ps(xa + k), bb = _mm256_loadu_ps(xb + k);
-          const __m256 cv = _mm256_loadu_ps(c + k), sv = _mm256_loadu_ps(s + k);
-          const __m256 ya = _mm256_fmsub_ps(a, cv, _mm256_mul_ps(bb, sv));
-          const __m256 yb = _mm256_fmadd_ps(bb, cv, _mm256_mul_ps(a, sv));
-          const __m256 lo = _mm256_unpacklo_ps(ya, yb), hi = _mm256_unpackhi_ps(ya, yb);
-          store<Stream>(b(_mm256_permute2f128_ps(lo, hi, 0x20)), out + 2 * k);
-          store<Stream>(b(_mm256_permute2f128_ps(lo, hi, 0x31)), out + 2 * k + 8);
-        }
-      } else if constexpr (std::is_base_of_v<xsimd::avx2, Arch>) {
-        for (; k + 4 <= half_; k += 4) {
-          const __m256d a = _mm256_loadu_pd(xa + k), bb = _mm256_loadu_pd(xb + k);
-          const __m256d cv = _mm256_loadu_pd(c + k), sv = _mm256_loadu_pd(s + k);
-          const __m256d ya = _mm256_fmsub_pd(a, cv, _mm256_mul_pd(bb, sv));
-          const __m256d yb = _mm256_fmadd_pd(bb, cv, _mm256_mul_pd(a, sv));
-          const __m256d lo = _mm256_unpacklo_pd(ya, yb), hi = _mm256_unpackhi_pd(ya, yb);
-          store<Stream>(b(_mm256_permute2f128_pd(lo, hi, 0x20)), out + 2 * k);
-          store<Stream>(b(_mm256_permute2f128_pd(lo, hi, 0x31)), out + 2 * k + 4);
+      if constexpr (std::is_base_of_v<xsimd::avx2, Arch>) {
+        for (; k + w <= half_; k += w) {
+          const b a = b::load_unaligned(xa + k), bb = b::load_unaligned(xb + k);
+          const b cv = b::load_unaligned(c + k), sv = b::load_unaligned(s + k);
+          b lo, hi;
+          interleave_avx2(xsimd::fms(a, cv, bb * sv), xsimd::fma(bb, cv, a * sv), lo, hi);
+          store<Stream>(lo, out + 2 * k);
+          store<Stream>(hi, out + 2 * k + w);
         }
       }
 #endif
