@@ -137,6 +137,7 @@ void permutation_power(benchmark::State& s) { encode_qk_bench(s, lrpe::permutefo
 void fused_householder_rotation_type1(benchmark::State& s) { encode_qk_bench(s, lrpe::type1<float>(dim), simd{}); }
 void fused_odd_even_rotation_type5(benchmark::State& s) { encode_qk_bench(s, lrpe::type5<float>(dim), simd{}); }
 void fused_householder_perm_power_type4(benchmark::State& s) { encode_qk_bench(s, lrpe::type4<float>(dim), simd{}); }
+void fused_odd_even_perm_power_type7(benchmark::State& s) { encode_qk_bench(s, lrpe::type7<float>(dim), simd{}); }
 void lrpe_cosine(benchmark::State& s) {
   encode_qk_bench(s, lrpe::encoder(lrpe::p::identity<float>(dim), lrpe::lambda::complex_phase<float>(dim)), simd{});
 }
@@ -174,6 +175,7 @@ LRPE_QK(permutation_power);
 LRPE_QK(fused_householder_rotation_type1);
 LRPE_QK(fused_odd_even_rotation_type5);
 LRPE_QK(fused_householder_perm_power_type4);
+LRPE_QK(fused_odd_even_perm_power_type7);
 LRPE_QK(lrpe_cosine);
 LRPE_QK(dft_phase_type8);
 LRPE_QK(reference_rope_interleaved);

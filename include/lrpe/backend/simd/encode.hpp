@@ -352,6 +352,8 @@ class simd_encoder {
         if constexpr (p_streams) pk_->template apply<Stream>(jb.x.row(r0 + r), jb.out.row(r0 + r));
         else pk_->apply(jb.x.row(r0 + r), jb.out.row(r0 + r));
       }
+    } else if constexpr (composes_p) {  // the table rows are already π^s ∘ P: one permute of x
+      lambda_rows<Stream>(table, tw, jb.x.row(r0), jb.x.row_stride, jb.out.row(r0), jb.out.row_stride, m);
     } else {
       const index_t d = enc_->dim();
       if constexpr (std::is_same_v<p_type, p::odd_even<scalar>> && std::is_same_v<lambda_type, lambda::rotation<scalar>>) {
@@ -390,6 +392,26 @@ class simd_encoder {
     pk.template apply<true>(x, y);
   };
 
+  /// A permutation P (p::permutation, p::odd_even) before permutation powers (Type 7): Λ(Px)[j]
+  /// = x[P(π^s(j))], so each table row π^s is composed with P's indices once per position (for
+  /// every head and for Q and K) and the rows take one permute instead of two.
+  static constexpr bool composes_p =
+      std::is_same_v<lambda_type, lambda::permutation_power<scalar>> &&
+      std::is_base_of_v<backend::simd_detail::permutation_gather<Arch, scalar>, pk_type>;
+
+  /// Table rows [0, m) (tw apart) ← P's indices ∘ row, where `composes_p`.
+  template <class Entry>
+  void compose_block(Entry* table, index_t tw, index_t m) const noexcept {
+    if constexpr (composes_p) {
+      const auto* idx = pk_->idx_.data();
+      const index_t d = enc_->dim();
+      for (index_t r = 0; r < m; ++r) {
+        Entry* row = table + r * tw;
+        for (index_t j = 0; j < d; ++j) row[j] = static_cast<Entry>(idx[static_cast<std::size_t>(row[j])]);
+      }
+    }
+  }
+
   /// Encodes `count` jobs of `rows` rows at positions `pos` through the P and Λ kernels.
   template <class LK = lk_type>
   void run_table(const backend::simd_detail::job<scalar>* jobs, index_t count, index_t rows,
@@ -410,6 +432,7 @@ class simd_encoder {
     for (index_t r0 = 0; r0 < rows; r0 += block) {
       const index_t m = std::min(block, rows - r0);
       fill_block(lk, pos, r0, m, table, tw, c.data(), s.data());
+      compose_block(table, tw, m);
       for (index_t j = 0; j < count; ++j) {
         const auto& jb = jobs[j];
         if (stream && (!LK::is_identity || p_streams) && can_stream(jb, lk)) {
