@@ -586,7 +586,7 @@ void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>
     // O = α·O + P V: VU column vectors of NR rows in registers, each V row loaded once per NR
     // rows. With 16 vector registers NR ≤ 2: 4 rows' 16 accumulators and the 4 V vectors did
     // not fit, and GCC kept accumulators on the stack (AVX2 host, K/V in L2, 4 rows over 512
-    // keys: 11.5–11.8 → 11.0–11.1 µs).
+    // keys, side harness: 11.5–11.8 → 11.0–11.1 µs).
     const auto pv_rows = [&]<index_t NR>(std::integral_constant<index_t, NR>, index_t r0) LRPE_ALWAYS_INLINE_LAMBDA {
       for (index_t c0 = 0; c0 < dvw; c0 += VU * W) {
         const index_t vu = std::min(VU, (dvw - c0) / W);
@@ -629,7 +629,6 @@ void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>
     }
   }
 }
-
 
 /// The direct kernel over all rows, G = 4 at a time (on the pool when there are several groups).
 template <class T, class A, class Bias>
