@@ -2,7 +2,9 @@
 // x86 arch this translation unit is compiled for: the horizontal sums and extrema, and the
 // parallel horizontal add `compat::haddp`, whose AVX-512 float version in xsimd 8.1 returns
 // lanes out of order (this test is what catches it: it fails with `xsimd::haddp` there), and
-// the parallel horizontal maximum `compat::hmaxp` (a transpose tree of its own on AVX-512).
+// the parallel horizontal maximum `compat::hmaxp` (a transpose tree of its own on AVX-512); and
+// `compat::transpose_square` (in-register shuffles on AVX-512 float and on AVX/AVX2) against
+// the index swap it must be.
 #include <lrpe/backend/simd/xsimd_compat.hpp>
 
 #include <doctest/doctest.h>
@@ -70,15 +72,39 @@ void check_arch() {
   }
 }
 
+/// transpose_square on distinct values: lane i of row r must land in lane r of row i.
+template <class T, class A>
+void check_transpose() {
+  using B = xsimd::batch<T, A>;
+  constexpr int w = static_cast<int>(B::size);
+  INFO(A::name() << ", " << sizeof(T) << "-byte lanes, fast = " << compat::has_fast_transpose<T, A>);
+  B v[w];
+  for (int r = 0; r < w; ++r) {
+    alignas(64) T lane[w];
+    for (int i = 0; i < w; ++i) lane[i] = static_cast<T>(r * w + i);
+    v[r] = B::load_aligned(lane);
+  }
+  compat::transpose_square(v);
+  int wrong = 0;
+  for (int r = 0; r < w; ++r) {
+    alignas(64) T lane[w];
+    v[r].store_aligned(lane);
+    for (int i = 0; i < w; ++i) wrong += lane[i] != static_cast<T>(i * w + r);
+  }
+  CHECK(wrong == 0);
+}
+
 template <class A>
 void check_both() {
+  check_transpose<float, A>();
+  check_transpose<double, A>();
   check_arch<float, A>();
   check_arch<double, A>();
 }
 
 }  // namespace
 
-TEST_CASE("compat: reduce_add / reduce_max / reduce_min / haddp / hmaxp == scalar loops on every compiled arch") {
+TEST_CASE("compat: reduce_add / reduce_max / reduce_min / haddp / hmaxp / transpose_square == scalar loops on every compiled arch") {
   check_both<xsimd::default_arch>();
 #if defined(__SSE4_2__)
   check_both<xsimd::sse4_2>();

@@ -5,7 +5,7 @@
  * "Vertical" SIMD: lane r of every vector belongs to row r of a group of `lanes` rows, so a
  * radix-2 FFT written as if on scalars runs on all rows at once with no shuffles. Per group:
  * the real rows are packed as M = d/2 complex values z_n = x_2n + i·x_2n+1 (16×16 in-register
- * transposes on AVX-512 float, gathers elsewhere), scaled by 1/√d and placed in bit-reversed
+ * transposes on AVX-512 float, 8×8 / 4×4 on AVX2, gathers elsewhere), scaled by 1/√d and placed in bit-reversed
  * order; log₂M decimation-in-time stages run on vectors (twiddles e^{−2πi t/d} from exactly
  * reduced double angles, broadcast); the d bins follow from the M-point result by the standard
  * real-input split (X_k = E_k + W_d^k·O_k, X_{d−k} = conj X_k) — half the butterflies of a
@@ -455,7 +455,8 @@ class dft_phase_kernel {
   horizontal h_{};
 #endif
 
-  /// Tiles of lanes×lanes transposed in registers (AVX-512 float, d a multiple of the lanes).
+  /// Tiles of lanes×lanes transposed in registers (AVX-512 float, AVX/AVX2 float and double; d a
+  /// multiple of the lanes).
   bool fast_transpose() const noexcept { return compat::has_fast_transpose<T, Arch> && d_ % lanes == 0; }
 
   /// y = [Re, Im] of (re + i·im)·e^{iφ}: features ≥ e pass through.

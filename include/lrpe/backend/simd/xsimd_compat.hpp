@@ -311,19 +311,23 @@ inline void stream_fence() noexcept {
 #endif
 }
 
-/// True when `transpose_square<T, Arch>` is an in-register shuffle transpose (AVX-512 float).
+/// True when `transpose_square<T, Arch>` is an in-register shuffle transpose (AVX-512 float;
+/// AVX and AVX2, float and double).
 template <class T, class Arch>
-inline constexpr bool has_fast_transpose =
+inline constexpr bool has_fast_transpose = false
 #if defined(__AVX512F__)
-    std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, Arch>;
-#else
-    false;
+    || (std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, Arch>)
 #endif
+#if defined(__AVX__)
+    || ((std::is_same_v<T, float> || std::is_same_v<T, double>) && std::is_base_of_v<xsimd::avx, Arch>)
+#endif
+    ;
 
 /**
  * Transposes the lanes×lanes matrix whose row i is v[i], in place (v[i] becomes column i).
  * AVX-512 float: 64 shuffles for 16×16 (unpack ps, unpack pd, two rounds of shuffle_f32x4);
- * elsewhere a scalar transpose through the stack.
+ * AVX float: 24 for 8×8 (unpack ps, shuffle ps, permute2f128); AVX double: 8 for 4×4 (unpack pd,
+ * permute2f128); elsewhere a scalar transpose through the stack.
  */
 template <class T, class Arch>
 LRPE_ALWAYS_INLINE void transpose_square(xsimd::batch<T, Arch>* v) noexcept {
@@ -359,15 +363,47 @@ LRPE_ALWAYS_INLINE void transpose_square(xsimd::batch<T, Arch>* v) noexcept {
     }
     for (int i = 0; i < 16; ++i) v[i] = r[i];
     return;
-  }
+  } else
 #endif
-  constexpr std::size_t n = xsimd::batch<T, Arch>::size;
-  T m[n * n];
-  for (std::size_t i = 0; i < n; ++i) v[i].store_unaligned(m + i * n);
-  for (std::size_t i = 0; i < n; ++i) {
-    T col[n];
-    for (std::size_t j = 0; j < n; ++j) col[j] = m[j * n + i];
-    v[i] = xsimd::batch<T, Arch>::load_unaligned(col);
+#if defined(__AVX__)
+  if constexpr (has_fast_transpose<T, Arch> && std::is_same_v<T, float>) {
+    __m256 r[8], t[8];
+    for (int i = 0; i < 8; ++i) r[i] = v[i];
+    for (int i = 0; i < 8; i += 2) {  // t[i] = (r_i0, r_{i+1}0, r_i1, r_{i+1}1 | lanes 4, 5), t[i+1] the 2, 3 | 6, 7
+      t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {  // r[i + c] = column c (and c + 4) of rows i … i + 3
+      r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+      r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+      r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+      r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int c = 0; c < 4; ++c) {  // 128-bit halves: rows 0–3 then rows 4–7
+      v[c] = _mm256_permute2f128_ps(r[c], r[c + 4], 0x20);
+      v[c + 4] = _mm256_permute2f128_ps(r[c], r[c + 4], 0x31);
+    }
+    return;
+  } else if constexpr (has_fast_transpose<T, Arch> && std::is_same_v<T, double>) {
+    const __m256d r0 = v[0], r1 = v[1], r2 = v[2], r3 = v[3];
+    const __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);  // columns 0, 2 | 1, 3
+    const __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
+    v[0] = _mm256_permute2f128_pd(t0, t2, 0x20);
+    v[1] = _mm256_permute2f128_pd(t1, t3, 0x20);
+    v[2] = _mm256_permute2f128_pd(t0, t2, 0x31);
+    v[3] = _mm256_permute2f128_pd(t1, t3, 0x31);
+    return;
+  } else
+#endif
+  {
+    constexpr std::size_t n = xsimd::batch<T, Arch>::size;
+    T m[n * n];
+    for (std::size_t i = 0; i < n; ++i) v[i].store_unaligned(m + i * n);
+    for (std::size_t i = 0; i < n; ++i) {
+      T col[n];
+      for (std::size_t j = 0; j < n; ++j) col[j] = m[j * n + i];
+      v[i] = xsimd::batch<T, Arch>::load_unaligned(col);
+    }
   }
 }
 
