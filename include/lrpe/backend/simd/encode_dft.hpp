@@ -16,7 +16,9 @@
  *
  * "Horizontal" at d ∈ {32, 64, 128} (AVX-512 float, phase on every bin): `row_fft` keeps one
  * row's d/2 complex values in d/16 registers and needs no transposes or scratch (measured 1.5×
- * faster than the vertical path at d = 64, n = 8192).
+ * faster than the vertical path at d = 64, n = 8192). At d = 64 on AVX2 float, `row_fft64` does
+ * the same with a 4-step FFT in eight 8-lane registers (measured 1.3–1.6× faster than the vertical
+ * path with AVX transposes at n = 8192, 1.15× at n = 512).
  */
 #pragma once
 
@@ -74,6 +76,11 @@ class dft_phase_kernel {
       if (d_ == 32 || d_ == 64 || d_ == 128) build_row_fft();
     }
 #endif
+#if defined(__AVX2__) && defined(__FMA__)
+    if constexpr (row_fft_avx2_arch) {
+      if (d_ == 64) build_row_fft64();
+    }
+#endif
   }
 
   const l_kernel<Arch, lambda::complex_phase<T>>& phase() const noexcept { return phase_; }
@@ -97,6 +104,14 @@ class dft_phase_kernel {
         if (d_ == 32) return row_fft_rows<1, Stream>(x, x_stride, m, table, table_width, y, y_stride);
         if (d_ == 64) return row_fft_rows<2, Stream>(x, x_stride, m, table, table_width, y, y_stride);
         if (d_ == 128) return row_fft_rows<4, Stream>(x, x_stride, m, table, table_width, y, y_stride);
+      }
+    }
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+    if constexpr (row_fft_avx2_arch) {
+      if (phase_.e_ == d_ && d_ == 64) {
+        for (index_t r = 0; r < m; ++r) row_fft64<Stream>(x + r * x_stride, table + r * table_width, y + r * y_stride);
+        return;
       }
     }
 #endif
@@ -453,6 +468,148 @@ class dft_phase_kernel {
     }
   }
   horizontal h_{};
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__)
+  static constexpr bool row_fft_avx2_arch = std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx2, Arch>;
+  /// Constants of `row_fft64` (AVX2 float, d = 64), each 8-lane row 32-byte aligned.
+  struct alignas(32) horizontal64 {
+    float t4r[8], t4i[8];        // the in-vector DIT stage of span 4: W_8^(l mod 4) on lanes 4–7
+    float cr[4][8], ci[4][8];    // between the steps: W_32^(c·k1)/(2√d), register c, lane k1
+
+    float wr[4][8], wi[4][8];              // the real split: W_64^k, k = 8q + lane
+  };
+
+  void build_row_fft64() {
+    // e^{−2πi t/64} with t reduced exactly before the (double) angle.
+    const auto w = [](index_t t, double scale, float& re, float& im) {
+      const double a = -2.0 * std::numbers::pi * static_cast<double>(t % 64) / 64.0;
+      re = static_cast<float>(scale * std::cos(a));
+      im = static_cast<float>(scale * std::sin(a));
+    };
+    // 1/√d, and the 1/2 of the real split's E and O (everything after is linear in Z).
+    const double sc = 0.5 / std::sqrt(64.0);
+    for (index_t l = 0; l < 8; ++l) {
+      if (l & 4) w((l & 3) * 8, 1.0, h64_.t4r[l], h64_.t4i[l]);  // W_8^j = W_64^(8 j)
+      else h64_.t4r[l] = 1, h64_.t4i[l] = 0;
+      for (index_t c = 0; c < 4; ++c) {
+        w(2 * c * l, sc, h64_.cr[c][l], h64_.ci[c][l]);  // W_32^(c·l) = W_64^(2 c l)
+        w(8 * c + l, 1.0, h64_.wr[c][l], h64_.wi[c][l]);
+      }
+    }
+  }
+
+  /// (r, i) ← (r, i)·(wr, wi).
+  static LRPE_ALWAYS_INLINE void cmul8(__m256& r, __m256& i, const float* wr, const float* wi) noexcept {
+    const __m256 a = _mm256_load_ps(wr), c = _mm256_load_ps(wi);
+    const __m256 nr = _mm256_fmsub_ps(r, a, _mm256_mul_ps(i, c));
+    i = _mm256_fmadd_ps(r, c, _mm256_mul_ps(i, a));
+    r = nr;
+  }
+  /// One decimation-in-time stage inside each vector (span S, twiddle already on the upper
+  /// lanes): lanes l and l ^ S give the sum on the lower lane, lower − upper on the upper one.
+  template <int S>
+  static LRPE_ALWAYS_INLINE void dit_in_vector(__m256& r, __m256& i) noexcept {
+    const auto swap = [](__m256 v) {
+      if constexpr (S == 4) return _mm256_permute2f128_ps(v, v, 0x01);
+      else if constexpr (S == 2) return _mm256_permute_ps(v, _MM_SHUFFLE(1, 0, 3, 2));
+      else return _mm256_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1));
+    };
+    constexpr int upper = S == 4 ? 0xF0 : S == 2 ? 0xCC : 0xAA;
+    const __m256 tr = swap(r), ti = swap(i);
+    r = _mm256_blend_ps(_mm256_add_ps(r, tr), _mm256_sub_ps(tr, r), upper);
+    i = _mm256_blend_ps(_mm256_add_ps(i, ti), _mm256_sub_ps(ti, i), upper);
+  }
+
+  /**
+   * Type 8 at d = 64 for one row, horizontally (AVX2 float): the M = 32 complex values
+   * z_n = x_2n + i·x_2n+1 as a 4-step FFT, n = 4i + c, k = k1 + 8·k2. The 8 row chunks of 4
+   * complex values are loaded in bit-reversed order of i and transposed 8×8 in registers, so
+   * register pair c holds (Re, Im) z_{4i+c} at lane rev₃(i); an 8-point decimation-in-time FFT
+   * inside each vector (lane swaps, blends) leaves Y_c[k1] at lane k1, in natural order; the
+   * twiddles W_32^{c·k1} (with 1/√d and the split's 1/2 folded in); a 4-point DFT across the four registers gives
+   * Z_{k1 + 8k2} in register k2, lane k1: Z in natural order. The real split pairs Z_k with
+   * Z_{32−k} (a lane reversal of the mirror register), the bins 32 … 63 are the mirrored
+   * conjugates, then the phase and the stores. No scratch and no gathers.
+   */
+  template <bool Stream>
+  LRPE_ALWAYS_INLINE void row_fft64(const T* x, const T* table, T* y) const noexcept {
+    const horizontal64& h = h64_;
+    __m256 v[8];
+    constexpr int rev3[8] = {0, 4, 2, 6, 1, 5, 3, 7};
+    for (int i = 0; i < 8; ++i) v[i] = _mm256_loadu_ps(x + 8 * rev3[i]);
+    {
+      xsimd::batch<float, Arch> t[8];
+      for (int i = 0; i < 8; ++i) t[i] = v[i];
+      compat::transpose_square(t);
+      for (int i = 0; i < 8; ++i) v[i] = t[i];
+    }
+    __m256 zr[4], zi[4];
+    for (int c = 0; c < 4; ++c) zr[c] = v[2 * c], zi[c] = v[2 * c + 1];
+    // Step 1: 8-point DIT over the lanes. Span 1 has twiddle 1; span 2 has W_4^1 = −i on lanes
+    // 3 and 7 ((r, i)·(−i) = (i, −r): two blends and a negation), 1 on the other upper lanes.
+    for (int c = 0; c < 4; ++c) dit_in_vector<1>(zr[c], zi[c]);
+    for (int c = 0; c < 4; ++c) {
+      const __m256 r = zr[c];
+      zr[c] = _mm256_blend_ps(r, zi[c], 0x88);
+      zi[c] = _mm256_blend_ps(zi[c], _mm256_sub_ps(_mm256_setzero_ps(), r), 0x88);
+    }
+    for (int c = 0; c < 4; ++c) dit_in_vector<2>(zr[c], zi[c]);
+    for (int c = 0; c < 4; ++c) cmul8(zr[c], zi[c], h.t4r, h.t4i);
+    for (int c = 0; c < 4; ++c) dit_in_vector<4>(zr[c], zi[c]);
+    // Step 2: twiddles W_32^(c·k1), and the scale 1/√d with the split's 1/2 folded in.
+    for (int c = 0; c < 4; ++c) cmul8(zr[c], zi[c], h.cr[c], h.ci[c]);
+    // Step 3: 4-point DFT across the registers, X_k2 = Σ_c (−i)^(c·k2) Y_c.
+    {
+      const __m256 t0r = _mm256_add_ps(zr[0], zr[2]), t0i = _mm256_add_ps(zi[0], zi[2]);
+      const __m256 t1r = _mm256_sub_ps(zr[0], zr[2]), t1i = _mm256_sub_ps(zi[0], zi[2]);
+      const __m256 t2r = _mm256_add_ps(zr[1], zr[3]), t2i = _mm256_add_ps(zi[1], zi[3]);
+      const __m256 t3r = _mm256_sub_ps(zr[1], zr[3]), t3i = _mm256_sub_ps(zi[1], zi[3]);
+      zr[0] = _mm256_add_ps(t0r, t2r), zi[0] = _mm256_add_ps(t0i, t2i);
+      zr[2] = _mm256_sub_ps(t0r, t2r), zi[2] = _mm256_sub_ps(t0i, t2i);
+      zr[1] = _mm256_add_ps(t1r, t3i), zi[1] = _mm256_sub_ps(t1i, t3r);  // t1 − i·t3
+      zr[3] = _mm256_sub_ps(t1r, t3i), zi[3] = _mm256_add_ps(t1i, t3r);  // t1 + i·t3
+    }
+    // mirror(R, q) lane l = R[(8 − l) mod 8] of register 3 − q for l ≥ 1 and of register
+    // (4 − q) mod 4 at l = 0: the value at 32 − (8q + l), mod 32.
+    const __m256i rev = _mm256_setr_epi32(0, 7, 6, 5, 4, 3, 2, 1);
+    const auto mirror = [&](const __m256* reg, __m256* out) LRPE_ALWAYS_INLINE_LAMBDA {
+      __m256 p[4];
+      for (int q = 0; q < 4; ++q) p[q] = _mm256_permutevar8x32_ps(reg[q], rev);
+      for (int q = 0; q < 4; ++q) out[q] = _mm256_blend_ps(p[3 - q], p[(4 - q) & 3], 0x01);
+    };
+    __m256 br[4], bi[4];
+    mirror(zr, br);
+    mirror(zi, bi);
+    // The real split, k = 8q + lane: A = Z_k, B = Z_{(32 − k) mod 32} (Z here is half the
+    // transform, so E and O need no 1/2).
+    __m256 xr[4], xi[4], xm;
+    for (int q = 0; q < 4; ++q) {
+      const __m256 er = _mm256_add_ps(zr[q], br[q]), ei = _mm256_sub_ps(zi[q], bi[q]);
+      __m256 orr = _mm256_add_ps(zi[q], bi[q]), oi = _mm256_sub_ps(br[q], zr[q]);
+      if (q == 0) xm = _mm256_sub_ps(er, orr);  // lane 0: X_32 = Re Z_0 − Im Z_0
+      cmul8(orr, oi, h.wr[q], h.wi[q]);
+      xr[q] = _mm256_add_ps(er, orr);
+      xi[q] = _mm256_add_ps(ei, oi);
+    }
+    const T* cs = table;
+    const T* sn = table + 64;
+    const auto out = [&](int q, __m256 re, __m256 im) LRPE_ALWAYS_INLINE_LAMBDA {  // bins 8q … 8q + 7
+      const __m256 cv = _mm256_loadu_ps(cs + 8 * q), sv = _mm256_loadu_ps(sn + 8 * q);
+      store<Stream>(b(_mm256_fmsub_ps(re, cv, _mm256_mul_ps(im, sv))), y + 8 * q);
+      store<Stream>(b(_mm256_fmadd_ps(re, sv, _mm256_mul_ps(im, cv))), y + 64 + 8 * q);
+    };
+    for (int q = 0; q < 4; ++q) out(q, xr[q], xi[q]);
+    // Bins 32 + m: X_32 at m = 0, then conj X_{32−m}.
+    __m256 ur[4], ui[4];
+    mirror(xr, ur);
+    mirror(xi, ui);
+    const __m256 zero = _mm256_setzero_ps();
+    ur[0] = _mm256_blend_ps(ur[0], xm, 0x01);
+    ui[0] = _mm256_blend_ps(ui[0], zero, 0x01);
+    for (int q = 0; q < 4; ++q) out(4 + q, ur[q], _mm256_sub_ps(zero, ui[q]));
+  }
+  horizontal64 h64_{};
 #endif
 
   /// Tiles of lanes×lanes transposed in registers (AVX-512 float, AVX/AVX2 float and double; d a
