@@ -225,7 +225,7 @@ struct reverse_p {
 };
 }  // namespace
 
-TEST_CASE_TEMPLATE("simd Type 8 at d = 32, 64, 128 (the per-row FFT on AVX-512 float, d = 64 on AVX2 float) == reference", T, float, double) {
+TEST_CASE_TEMPLATE("simd Type 8 at d = 32, 64, 128 (the per-row FFT on AVX-512 float, d = 64, 128 on AVX2 float) == reference", T, float, double) {
   lrpe::generator g(ref::seed(20261201) + 3);
   for (index_t d : {32, 64, 128}) {
     const lrpe::type8<T> t8(d);

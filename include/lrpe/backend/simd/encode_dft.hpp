@@ -28,6 +28,7 @@
 #include <climits>
 #include <cmath>
 #include <numbers>
+#include <utility>
 #include <vector>
 
 namespace lrpe {
@@ -78,7 +79,7 @@ class dft_phase_kernel {
 #endif
 #if defined(__AVX2__) && defined(__FMA__)
     if constexpr (row_fft_avx2_arch) {
-      if (d_ == 64) build_row_fft64();
+      if (d_ == 64 || d_ == 128) build_row_fft8();
     }
 #endif
   }
@@ -110,7 +111,11 @@ class dft_phase_kernel {
 #if defined(__AVX2__) && defined(__FMA__)
     if constexpr (row_fft_avx2_arch) {
       if (phase_.e_ == d_ && d_ == 64) {
-        for (index_t r = 0; r < m; ++r) row_fft64<Stream>(x + r * x_stride, table + r * table_width, y + r * y_stride);
+        for (index_t r = 0; r < m; ++r) row_fft8<4, Stream>(x + r * x_stride, table + r * table_width, y + r * y_stride);
+        return;
+      }
+      if (phase_.e_ == d_ && d_ == 128) {
+        for (index_t r = 0; r < m; ++r) row_fft8<8, Stream>(x + r * x_stride, table + r * table_width, y + r * y_stride);
         return;
       }
     }
@@ -472,29 +477,29 @@ class dft_phase_kernel {
 
 #if defined(__AVX2__) && defined(__FMA__)
   static constexpr bool row_fft_avx2_arch = std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx2, Arch>;
-  /// Constants of `row_fft64` (AVX2 float, d = 64), each 8-lane row 32-byte aligned.
-  struct alignas(32) horizontal64 {
-    float t4r[8], t4i[8];        // the in-vector DIT stage of span 4: W_8^(l mod 4) on lanes 4–7
-    float cr[4][8], ci[4][8];    // between the steps: W_32^(c·k1)/(2√d), register c, lane k1
-
-    float wr[4][8], wi[4][8];              // the real split: W_64^k, k = 8q + lane
+  /// Constants of `row_fft8<R>` (AVX2 float, d = 16·R, R ∈ {4, 8}), each 8-lane row 32-byte aligned.
+  struct alignas(32) horizontal8 {
+    float t4r[8], t4i[8];      // the in-vector DIT stage of span 4: W_8^(l mod 4) on lanes 4–7
+    float cr[8][8], ci[8][8];  // between the steps: W_M^(c·k1)/(2√d), register c, lane k1
+    float wr[8][8], wi[8][8];  // the real split: W_d^k, k = 8q + lane
   };
 
-  void build_row_fft64() {
-    // e^{−2πi t/64} with t reduced exactly before the (double) angle.
-    const auto w = [](index_t t, double scale, float& re, float& im) {
-      const double a = -2.0 * std::numbers::pi * static_cast<double>(t % 64) / 64.0;
+  void build_row_fft8() {
+    const index_t d = d_, R = d / 16;
+    // e^{−2πi t/d} with t reduced exactly before the (double) angle.
+    const auto w = [d](index_t t, double scale, float& re, float& im) {
+      const double a = -2.0 * std::numbers::pi * static_cast<double>(t % d) / static_cast<double>(d);
       re = static_cast<float>(scale * std::cos(a));
       im = static_cast<float>(scale * std::sin(a));
     };
     // 1/√d, and the 1/2 of the real split's E and O (everything after is linear in Z).
-    const double sc = 0.5 / std::sqrt(64.0);
+    const double sc = 0.5 / std::sqrt(static_cast<double>(d));
     for (index_t l = 0; l < 8; ++l) {
-      if (l & 4) w((l & 3) * 8, 1.0, h64_.t4r[l], h64_.t4i[l]);  // W_8^j = W_64^(8 j)
-      else h64_.t4r[l] = 1, h64_.t4i[l] = 0;
-      for (index_t c = 0; c < 4; ++c) {
-        w(2 * c * l, sc, h64_.cr[c][l], h64_.ci[c][l]);  // W_32^(c·l) = W_64^(2 c l)
-        w(8 * c + l, 1.0, h64_.wr[c][l], h64_.wi[c][l]);
+      if (l & 4) w((l & 3) * (d / 8), 1.0, h8_.t4r[l], h8_.t4i[l]);  // W_8^j = W_d^(j·d/8)
+      else h8_.t4r[l] = 1, h8_.t4i[l] = 0;
+      for (index_t c = 0; c < R; ++c) {
+        w(2 * c * l, sc, h8_.cr[c][l], h8_.ci[c][l]);  // W_M^(c·l) = W_d^(2 c l)
+        w(8 * c + l, 1.0, h8_.wr[c][l], h8_.wi[c][l]);
       }
     }
   }
@@ -505,6 +510,20 @@ class dft_phase_kernel {
     const __m256 nr = _mm256_fmsub_ps(r, a, _mm256_mul_ps(i, c));
     i = _mm256_fmadd_ps(r, c, _mm256_mul_ps(i, a));
     r = nr;
+  }
+  /// (r, i) ← (r, i)·W_8^E, E ∈ [0, 4): 1, (1 − i)/√2, −i, (−1 − i)/√2.
+  template <int E>
+  static LRPE_ALWAYS_INLINE void mul_w8(__m256& r, __m256& i) noexcept {
+    if constexpr (E == 2) {
+      const __m256 t = r;
+      r = i;
+      i = _mm256_sub_ps(_mm256_setzero_ps(), t);
+    } else if constexpr (E == 1 || E == 3) {
+      const __m256 h = _mm256_set1_ps(static_cast<float>(std::numbers::sqrt2 / 2));
+      const __m256 s = _mm256_add_ps(r, i), t = _mm256_sub_ps(i, r);
+      if constexpr (E == 1) r = _mm256_mul_ps(h, s), i = _mm256_mul_ps(h, t);  // ((r + i) + i(i − r))/√2
+      else r = _mm256_mul_ps(h, t), i = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(h, s));  // ((i − r) − i(r + i))/√2
+    }
   }
   /// One decimation-in-time stage inside each vector (span S, twiddle already on the upper
   /// lanes): lanes l and l ^ S give the sum on the lower lane, lower − upper on the upper one.
@@ -520,96 +539,138 @@ class dft_phase_kernel {
     r = _mm256_blend_ps(_mm256_add_ps(r, tr), _mm256_sub_ps(tr, r), upper);
     i = _mm256_blend_ps(_mm256_add_ps(i, ti), _mm256_sub_ps(ti, i), upper);
   }
+  /// The R-point DFT across registers (decimation in frequency, natural order in, bit-reversed
+  /// out), one stage of span S: (a, b) ← (a + b, (a − b)·W_2S^(c mod S)).
+  template <int R, int S>
+  static LRPE_ALWAYS_INLINE void dif_across(__m256* zr, __m256* zi) noexcept {
+    [&]<int... C>(std::integer_sequence<int, C...>) LRPE_ALWAYS_INLINE_LAMBDA {
+      const auto one = [&]<int Cc>(std::integer_sequence<int, Cc>) LRPE_ALWAYS_INLINE_LAMBDA {
+        constexpr int blk = Cc / S, j = Cc % S, a = 2 * S * blk + j, bb = a + S;
+        const __m256 sr = _mm256_add_ps(zr[a], zr[bb]), si = _mm256_add_ps(zi[a], zi[bb]);
+        zr[bb] = _mm256_sub_ps(zr[a], zr[bb]);
+        zi[bb] = _mm256_sub_ps(zi[a], zi[bb]);
+        zr[a] = sr;
+        zi[a] = si;
+        mul_w8<j * (4 / S)>(zr[bb], zi[bb]);  // W_2S^j = W_8^(j·8/2S)
+      };
+      (one(std::integer_sequence<int, C>{}), ...);
+    }(std::make_integer_sequence<int, R / 2>{});
+  }
 
   /**
-   * Type 8 at d = 64 for one row, horizontally (AVX2 float): the M = 32 complex values
-   * z_n = x_2n + i·x_2n+1 as a 4-step FFT, n = 4i + c, k = k1 + 8·k2. The 8 row chunks of 4
-   * complex values are loaded in bit-reversed order of i and transposed 8×8 in registers, so
-   * register pair c holds (Re, Im) z_{4i+c} at lane rev₃(i); an 8-point decimation-in-time FFT
-   * inside each vector (lane swaps, blends) leaves Y_c[k1] at lane k1, in natural order; the
-   * twiddles W_32^{c·k1} (with 1/√d and the split's 1/2 folded in); a 4-point DFT across the four registers gives
-   * Z_{k1 + 8k2} in register k2, lane k1: Z in natural order. The real split pairs Z_k with
-   * Z_{32−k} (a lane reversal of the mirror register), the bins 32 … 63 are the mirrored
-   * conjugates, then the phase and the stores. No scratch and no gathers.
+   * Type 8 at d = 16·R (R ∈ {4, 8}: d = 64, 128) for one row, horizontally (AVX2 float): the
+   * M = 8R complex values z_n = x_2n + i·x_2n+1 as a 4-step FFT, n = R·i + c, k = k1 + 8·k2.
+   * Lane i's R values are R/4 chunks of 8 floats; the chunks are loaded in bit-reversed order
+   * of i and transposed 8×8 in registers, so register pair c holds (Re, Im) z_{Ri+c} at lane
+   * rev₃(i); an 8-point decimation-in-time FFT inside each vector (lane swaps, blends) leaves
+   * Y_c[k1] at lane k1, in natural order; the twiddles W_M^{c·k1} (with 1/√d and the split's
+   * 1/2 folded in); an R-point DFT across the registers (its bit-reversed output order is a
+   * renaming of registers) gives Z_{k1 + 8k2} in register k2, lane k1: Z in natural order. The
+   * real split pairs Z_k with Z_{M−k} (a lane reversal of the mirror register), the bins
+   * M … d − 1 are the mirrored conjugates, then the phase and the stores. No scratch and no
+   * gathers.
    */
-  template <bool Stream>
-  LRPE_ALWAYS_INLINE void row_fft64(const T* x, const T* table, T* y) const noexcept {
-    const horizontal64& h = h64_;
-    __m256 v[8];
+  template <int R, bool Stream>
+  LRPE_ALWAYS_INLINE void row_fft8(const T* x, const T* table, T* y) const noexcept {
+    static_assert(R == 4 || R == 8);
+    constexpr int d = 16 * R, M = 8 * R, G = R / 4;  // G chunks of 8 floats per lane
     constexpr int rev3[8] = {0, 4, 2, 6, 1, 5, 3, 7};
-    for (int i = 0; i < 8; ++i) v[i] = _mm256_loadu_ps(x + 8 * rev3[i]);
-    {
+    const horizontal8& h = h8_;
+    __m256 zr[R], zi[R];
+#pragma GCC unroll 2
+    for (int g = 0; g < G; ++g) {
       xsimd::batch<float, Arch> t[8];
-      for (int i = 0; i < 8; ++i) t[i] = v[i];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) t[i] = _mm256_loadu_ps(x + 8 * (G * rev3[i] + g));
       compat::transpose_square(t);
-      for (int i = 0; i < 8; ++i) v[i] = t[i];
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) zr[4 * g + c] = t[2 * c], zi[4 * g + c] = t[2 * c + 1];
     }
-    __m256 zr[4], zi[4];
-    for (int c = 0; c < 4; ++c) zr[c] = v[2 * c], zi[c] = v[2 * c + 1];
     // Step 1: 8-point DIT over the lanes. Span 1 has twiddle 1; span 2 has W_4^1 = −i on lanes
     // 3 and 7 ((r, i)·(−i) = (i, −r): two blends and a negation), 1 on the other upper lanes.
-    for (int c = 0; c < 4; ++c) dit_in_vector<1>(zr[c], zi[c]);
-    for (int c = 0; c < 4; ++c) {
+#pragma GCC unroll 8
+    for (int c = 0; c < R; ++c) dit_in_vector<1>(zr[c], zi[c]);
+#pragma GCC unroll 8
+    for (int c = 0; c < R; ++c) {
       const __m256 r = zr[c];
       zr[c] = _mm256_blend_ps(r, zi[c], 0x88);
       zi[c] = _mm256_blend_ps(zi[c], _mm256_sub_ps(_mm256_setzero_ps(), r), 0x88);
     }
-    for (int c = 0; c < 4; ++c) dit_in_vector<2>(zr[c], zi[c]);
-    for (int c = 0; c < 4; ++c) cmul8(zr[c], zi[c], h.t4r, h.t4i);
-    for (int c = 0; c < 4; ++c) dit_in_vector<4>(zr[c], zi[c]);
-    // Step 2: twiddles W_32^(c·k1), and the scale 1/√d with the split's 1/2 folded in.
-    for (int c = 0; c < 4; ++c) cmul8(zr[c], zi[c], h.cr[c], h.ci[c]);
-    // Step 3: 4-point DFT across the registers, X_k2 = Σ_c (−i)^(c·k2) Y_c.
+#pragma GCC unroll 8
+    for (int c = 0; c < R; ++c) dit_in_vector<2>(zr[c], zi[c]);
+#pragma GCC unroll 8
+    for (int c = 0; c < R; ++c) cmul8(zr[c], zi[c], h.t4r, h.t4i);
+#pragma GCC unroll 8
+    for (int c = 0; c < R; ++c) dit_in_vector<4>(zr[c], zi[c]);
+    // Step 2: twiddles W_M^(c·k1), and the scale 1/√d with the split's 1/2 folded in.
+#pragma GCC unroll 8
+    for (int c = 1; c < R; ++c) cmul8(zr[c], zi[c], h.cr[c], h.ci[c]);
     {
-      const __m256 t0r = _mm256_add_ps(zr[0], zr[2]), t0i = _mm256_add_ps(zi[0], zi[2]);
-      const __m256 t1r = _mm256_sub_ps(zr[0], zr[2]), t1i = _mm256_sub_ps(zi[0], zi[2]);
-      const __m256 t2r = _mm256_add_ps(zr[1], zr[3]), t2i = _mm256_add_ps(zi[1], zi[3]);
-      const __m256 t3r = _mm256_sub_ps(zr[1], zr[3]), t3i = _mm256_sub_ps(zi[1], zi[3]);
-      zr[0] = _mm256_add_ps(t0r, t2r), zi[0] = _mm256_add_ps(t0i, t2i);
-      zr[2] = _mm256_sub_ps(t0r, t2r), zi[2] = _mm256_sub_ps(t0i, t2i);
-      zr[1] = _mm256_add_ps(t1r, t3i), zi[1] = _mm256_sub_ps(t1i, t3r);  // t1 − i·t3
-      zr[3] = _mm256_sub_ps(t1r, t3i), zi[3] = _mm256_add_ps(t1i, t3r);  // t1 + i·t3
+      const __m256 sc = _mm256_load_ps(h.cr[0]);  // register 0: the scale alone
+      zr[0] = _mm256_mul_ps(zr[0], sc);
+      zi[0] = _mm256_mul_ps(zi[0], sc);
     }
-    // mirror(R, q) lane l = R[(8 − l) mod 8] of register 3 − q for l ≥ 1 and of register
-    // (4 − q) mod 4 at l = 0: the value at 32 − (8q + l), mod 32.
+    // Step 3: R-point DFT across the registers; register p then holds X_rev(p), renamed below.
+    if constexpr (R == 8) dif_across<R, 4>(zr, zi);
+    dif_across<R, 2>(zr, zi);
+    dif_across<R, 1>(zr, zi);
+    {
+      constexpr int rev2[4] = {0, 2, 1, 3};
+      __m256 tr[R], ti[R];
+#pragma GCC unroll 8
+      for (int k = 0; k < R; ++k) {
+        const int p = R == 8 ? rev3[k] : rev2[k];
+        tr[k] = zr[p], ti[k] = zi[p];
+      }
+#pragma GCC unroll 8
+      for (int k = 0; k < R; ++k) zr[k] = tr[k], zi[k] = ti[k];
+    }
+    // mirror(reg) lane l of register q = reg[R − 1 − q] lane 8 − l for l ≥ 1 and
+    // reg[(R − q) mod R] lane 0 at l = 0: the value at M − (8q + l), mod M.
     const __m256i rev = _mm256_setr_epi32(0, 7, 6, 5, 4, 3, 2, 1);
     const auto mirror = [&](const __m256* reg, __m256* out) LRPE_ALWAYS_INLINE_LAMBDA {
-      __m256 p[4];
-      for (int q = 0; q < 4; ++q) p[q] = _mm256_permutevar8x32_ps(reg[q], rev);
-      for (int q = 0; q < 4; ++q) out[q] = _mm256_blend_ps(p[3 - q], p[(4 - q) & 3], 0x01);
+      __m256 p[R];
+#pragma GCC unroll 8
+      for (int q = 0; q < R; ++q) p[q] = _mm256_permutevar8x32_ps(reg[q], rev);
+#pragma GCC unroll 8
+      for (int q = 0; q < R; ++q) out[q] = _mm256_blend_ps(p[R - 1 - q], p[(R - q) % R], 0x01);
     };
-    __m256 br[4], bi[4];
+    __m256 br[R], bi[R];
     mirror(zr, br);
     mirror(zi, bi);
-    // The real split, k = 8q + lane: A = Z_k, B = Z_{(32 − k) mod 32} (Z here is half the
+    // The real split, k = 8q + lane: A = Z_k, B = Z_{(M − k) mod M} (Z here is half the
     // transform, so E and O need no 1/2).
-    __m256 xr[4], xi[4], xm;
-    for (int q = 0; q < 4; ++q) {
+    __m256 xr[R], xi[R], xm;
+#pragma GCC unroll 8
+    for (int q = 0; q < R; ++q) {
       const __m256 er = _mm256_add_ps(zr[q], br[q]), ei = _mm256_sub_ps(zi[q], bi[q]);
       __m256 orr = _mm256_add_ps(zi[q], bi[q]), oi = _mm256_sub_ps(br[q], zr[q]);
-      if (q == 0) xm = _mm256_sub_ps(er, orr);  // lane 0: X_32 = Re Z_0 − Im Z_0
+      if (q == 0) xm = _mm256_sub_ps(er, orr);  // lane 0: X_M = Re Z_0 − Im Z_0
       cmul8(orr, oi, h.wr[q], h.wi[q]);
       xr[q] = _mm256_add_ps(er, orr);
       xi[q] = _mm256_add_ps(ei, oi);
     }
     const T* cs = table;
-    const T* sn = table + 64;
+    const T* sn = table + d;
     const auto out = [&](int q, __m256 re, __m256 im) LRPE_ALWAYS_INLINE_LAMBDA {  // bins 8q … 8q + 7
       const __m256 cv = _mm256_loadu_ps(cs + 8 * q), sv = _mm256_loadu_ps(sn + 8 * q);
       store<Stream>(b(_mm256_fmsub_ps(re, cv, _mm256_mul_ps(im, sv))), y + 8 * q);
-      store<Stream>(b(_mm256_fmadd_ps(re, sv, _mm256_mul_ps(im, cv))), y + 64 + 8 * q);
+      store<Stream>(b(_mm256_fmadd_ps(re, sv, _mm256_mul_ps(im, cv))), y + d + 8 * q);
     };
-    for (int q = 0; q < 4; ++q) out(q, xr[q], xi[q]);
-    // Bins 32 + m: X_32 at m = 0, then conj X_{32−m}.
-    __m256 ur[4], ui[4];
+#pragma GCC unroll 8
+    for (int q = 0; q < R; ++q) out(q, xr[q], xi[q]);
+    // Bins M + m: X_M at m = 0, then conj X_{M−m}.
+    __m256 ur[R], ui[R];
     mirror(xr, ur);
     mirror(xi, ui);
     const __m256 zero = _mm256_setzero_ps();
     ur[0] = _mm256_blend_ps(ur[0], xm, 0x01);
     ui[0] = _mm256_blend_ps(ui[0], zero, 0x01);
-    for (int q = 0; q < 4; ++q) out(4 + q, ur[q], _mm256_sub_ps(zero, ui[q]));
+#pragma GCC unroll 8
+    for (int q = 0; q < R; ++q) out(R + q, ur[q], _mm256_sub_ps(zero, ui[q]));
+    static_cast<void>(M);
   }
-  horizontal64 h64_{};
+  horizontal8 h8_{};
 #endif
 
   /// Tiles of lanes×lanes transposed in registers (AVX-512 float, AVX/AVX2 float and double; d a
