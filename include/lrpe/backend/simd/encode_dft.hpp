@@ -16,9 +16,10 @@
  *
  * "Horizontal" at d ∈ {32, 64, 128} (AVX-512 float, phase on every bin): `row_fft` keeps one
  * row's d/2 complex values in d/16 registers and needs no transposes or scratch (measured 1.5×
- * faster than the vertical path at d = 64, n = 8192). At d = 64 on AVX2 float, `row_fft64` does
- * the same with a 4-step FFT in eight 8-lane registers (measured 1.3–1.6× faster than the vertical
- * path with AVX transposes at n = 8192, 1.15× at n = 512).
+ * faster than the vertical path at d = 64, n = 8192). At d = 64 and 128 on AVX2 float,
+ * `row_fft8<R>` does the same with a 4-step FFT in 2R 8-lane registers (measured 1.3–1.6× faster
+ * than the vertical path with AVX transposes at d = 64, n = 8192, 1.15× at n = 512; 1.5× at
+ * d = 128, n = 2048).
  */
 #pragma once
 
