@@ -547,14 +547,30 @@ struct linear_run {
                  index_t os, row_prefetcher& pf) const {
     using B = xsimd::batch<T, A>;
     constexpr index_t W = B::size;
-    for (index_t b = 0; b < dv; b += W) {
+    // Members into locals: the vector stores may alias anything (the intrinsics' types are
+    // may_alias), which otherwise reloads S and dvp from `this` after every store.
+    const T* const S_ = S;
+    const index_t dvp_ = dvp, f_ = f, dv_ = dv;
+    for (index_t b = 0; b < dv_; b += W) {
       B acc[W];
       LRPE_UNROLL
       for (index_t t = 0; t < W; ++t) acc[t] = B(T(0));
       if (has_state) {
-        for (index_t c = 0; c < f; ++c) {
-          if (c % 4 == 0) pf.step();
-          const B sc = B::load_aligned(S + c * dvp + b);
+        const T* sb = S_ + b;
+        index_t c = 0;
+        // 4 state rows per step and one prefetch row (f is a multiple of W here, so of 4)
+        for (; c + 4 <= f_; c += 4) {
+          pf.step();
+          LRPE_UNROLL
+          for (index_t u = 0; u < 4; ++u) {
+            const B sc = B::load_aligned(sb + (c + u) * dvp_);
+            const T* qc = qt + (c + u) * W;
+            LRPE_UNROLL
+            for (index_t t = 0; t < W; ++t) acc[t] = xsimd::fma(B(qc[t]), sc, acc[t]);
+          }
+        }
+        for (; c < f_; ++c) {
+          const B sc = B::load_aligned(sb + c * dvp_);
           const T* qc = qt + c * W;
           LRPE_UNROLL
           for (index_t t = 0; t < W; ++t) acc[t] = xsimd::fma(B(qc[t]), sc, acc[t]);
@@ -566,7 +582,7 @@ struct linear_run {
       }
       LRPE_UNROLL
       for (index_t j = 0; j < W; ++j) {
-        const B vj = B::load_aligned(vb + j * dvp + b);
+        const B vj = B::load_aligned(vb + j * dvp_ + b);
         LRPE_UNROLL
         for (index_t t = j; t < W; ++t) acc[t] = xsimd::fma(B(at[t * W + j]), vj, acc[t]);
       }
@@ -582,19 +598,22 @@ struct linear_run {
   void chunk_fold(const T* ktw, const T* vb, T rescale) {
     using B = xsimd::batch<T, A>;
     constexpr index_t W = B::size;
-    for (index_t b = 0; b < dv; b += W) {
-      for (index_t c0 = 0; c0 < f; c0 += W) {
+    T* const S_ = S;  // locals: see chunk_out
+    const index_t dvp_ = dvp, f_ = f, dv_ = dv;
+    for (index_t b = 0; b < dv_; b += W) {
+      for (index_t c0 = 0; c0 < f_; c0 += W) {
+        T* sr = S_ + c0 * dvp_ + b;
         B acc[W];
         LRPE_UNROLL
-        for (index_t r = 0; r < W; ++r) acc[r] = B::load_aligned(S + (c0 + r) * dvp + b) * B(rescale);
+        for (index_t r = 0; r < W; ++r) acc[r] = B::load_aligned(sr + r * dvp_) * B(rescale);
         LRPE_UNROLL
         for (index_t j = 0; j < W; ++j) {
-          const B vj = B::load_aligned(vb + j * dvp + b);
+          const B vj = B::load_aligned(vb + j * dvp_ + b);
           LRPE_UNROLL
           for (index_t r = 0; r < W; ++r) acc[r] = xsimd::fma(B(ktw[(c0 + r) * W + j]), vj, acc[r]);
         }
         LRPE_UNROLL
-        for (index_t r = 0; r < W; ++r) acc[r].store_aligned(S + (c0 + r) * dvp + b);
+        for (index_t r = 0; r < W; ++r) acc[r].store_aligned(sr + r * dvp_);
       }
     }
   }
