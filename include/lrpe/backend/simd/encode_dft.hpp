@@ -651,12 +651,8 @@ class dft_phase_kernel {
       xr[q] = _mm256_add_ps(er, orr);
       xi[q] = _mm256_add_ps(ei, oi);
     }
-    const T* cs = table;
-    const T* sn = table + d;
     const auto out = [&](int q, __m256 re, __m256 im) LRPE_ALWAYS_INLINE_LAMBDA {  // bins 8q … 8q + 7
-      const __m256 cv = _mm256_loadu_ps(cs + 8 * q), sv = _mm256_loadu_ps(sn + 8 * q);
-      store<Stream>(b(_mm256_fmsub_ps(re, cv, _mm256_mul_ps(im, sv))), y + 8 * q);
-      store<Stream>(b(_mm256_fmadd_ps(re, sv, _mm256_mul_ps(im, cv))), y + d + 8 * q);
+      phase_store<Stream>(b(re), b(im), table + 8 * q, table + d + 8 * q, y + 8 * q, d);
     };
 #pragma GCC unroll 8
     for (int q = 0; q < R; ++q) out(q, xr[q], xi[q]);
@@ -678,6 +674,14 @@ class dft_phase_kernel {
   /// multiple of the lanes).
   bool fast_transpose() const noexcept { return compat::has_fast_transpose<T, Arch> && d_ % lanes == 0; }
 
+  /// y[0, lanes) and y[d, d + lanes) = Re and Im of (re + i·im)·(c + i·s), one vector of bins.
+  template <bool Stream>
+  static LRPE_ALWAYS_INLINE void phase_store(const b& re, const b& im, const T* c, const T* s, T* y, index_t d) noexcept {
+    const b cv = b::load_unaligned(c), sv = b::load_unaligned(s);
+    store<Stream>(xsimd::fms(re, cv, im * sv), y);
+    store<Stream>(xsimd::fma(re, sv, im * cv), y + d);
+  }
+
   /// y = [Re, Im] of (re + i·im)·e^{iφ}: features ≥ e pass through.
   template <bool Stream>
   void phase_row(const T* row, const T* z, T* y) const noexcept {
@@ -687,12 +691,8 @@ class dft_phase_kernel {
     const T* zr = z;
     const T* zi = z + d;
     index_t k = 0;
-    for (; k + lanes <= e; k += lanes) {
-      const b a = b::load_unaligned(zr + k), bb = b::load_unaligned(zi + k);
-      const b cv = b::load_unaligned(c + k), sv = b::load_unaligned(s + k);
-      store<Stream>(xsimd::fms(a, cv, bb * sv), y + k);
-      store<Stream>(xsimd::fma(a, sv, bb * cv), y + d + k);
-    }
+    for (; k + lanes <= e; k += lanes)
+      phase_store<Stream>(b::load_unaligned(zr + k), b::load_unaligned(zi + k), c + k, s + k, y + k, d);
     for (; k < e; ++k) {
       y[k] = zr[k] * c[k] - zi[k] * s[k];
       y[d + k] = zr[k] * s[k] + zi[k] * c[k];
