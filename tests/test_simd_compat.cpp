@@ -109,6 +109,9 @@ TEST_CASE("compat: reduce_add / reduce_max / reduce_min / haddp / hmaxp / transp
 #if defined(__SSE4_2__)
   check_both<xsimd::sse4_2>();
 #endif
+#if defined(__AVX__)
+  check_both<xsimd::avx>();
+#endif
 #if defined(__AVX2__)
   check_both<xsimd::avx2>();
 #endif

@@ -374,6 +374,11 @@ TEST_CASE_TEMPLATE("simd encode: non-temporal stores give the same bits; misalig
   check_streamed_bits(make<E>(64));
 }
 
+TEST_CASE_TEMPLATE("simd encode: Type 8 at d = 128 (the AVX2 row FFT over eight registers) streams the same bits", T,
+                   float, double) {
+  check_streamed_bits(lrpe::type8<T>(128));
+}
+
 TEST_CASE_TEMPLATE("simd encode: a permutation P alone (Λ = I) streams the same bits", T, float, double) {
   // P writes the output itself here (no Λ pass), with non-temporal stores past the threshold.
   for (index_t d : {64, 61}) {

@@ -332,7 +332,7 @@ inline constexpr bool has_fast_transpose = false
 template <class T, class Arch>
 LRPE_ALWAYS_INLINE void transpose_square(xsimd::batch<T, Arch>* v) noexcept {
 #if defined(__AVX512F__)
-  if constexpr (has_fast_transpose<T, Arch>) {
+  if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, Arch>) {
     __m512 r[16], t[16];
     for (int i = 0; i < 16; ++i) r[i] = v[i];
     for (int i = 0; i < 16; i += 2) {
@@ -366,7 +366,7 @@ LRPE_ALWAYS_INLINE void transpose_square(xsimd::batch<T, Arch>* v) noexcept {
   } else
 #endif
 #if defined(__AVX__)
-  if constexpr (has_fast_transpose<T, Arch> && std::is_same_v<T, float>) {
+  if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx, Arch>) {
     __m256 r[8], t[8];
     for (int i = 0; i < 8; ++i) r[i] = v[i];
     for (int i = 0; i < 8; i += 2) {  // t[i] = (r_i0, r_{i+1}0, r_i1, r_{i+1}1 | lanes 4, 5), t[i+1] the 2, 3 | 6, 7
@@ -384,7 +384,7 @@ LRPE_ALWAYS_INLINE void transpose_square(xsimd::batch<T, Arch>* v) noexcept {
       v[c + 4] = _mm256_permute2f128_ps(r[c], r[c + 4], 0x31);
     }
     return;
-  } else if constexpr (has_fast_transpose<T, Arch> && std::is_same_v<T, double>) {
+  } else if constexpr (std::is_same_v<T, double> && std::is_base_of_v<xsimd::avx, Arch>) {
     const __m256d r0 = v[0], r1 = v[1], r2 = v[2], r3 = v[3];
     const __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);  // columns 0, 2 | 1, 3
     const __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
