@@ -5,7 +5,7 @@
  * "Vertical" SIMD: lane r of every vector belongs to row r of a group of `lanes` rows, so a
  * radix-2 FFT written as if on scalars runs on all rows at once with no shuffles. Per group:
  * the real rows are packed as M = d/2 complex values z_n = x_2n + i·x_2n+1 (16×16 in-register
- * transposes on AVX-512 float, 8×8 / 4×4 on AVX2, gathers elsewhere), scaled by 1/√d and placed in bit-reversed
+ * transposes on AVX-512 float, 8×8 / 4×4 on AVX and AVX2, gathers elsewhere), scaled by 1/√d and placed in bit-reversed
  * order; log₂M decimation-in-time stages run on vectors (twiddles e^{−2πi t/d} from exactly
  * reduced double angles, broadcast); the d bins follow from the M-point result by the standard
  * real-input split (X_k = E_k + W_d^k·O_k, X_{d−k} = conj X_k) — half the butterflies of a

@@ -148,8 +148,9 @@ struct linear_run {
     return vblock;
   }
 
-  /// kt[c·BK + j] = k̃_{j0+j}[c] (keys as the SIMD dimension), zero for j ≥ bk: 16×16
-  /// in-register transposes where the arch has them, else a scalar transpose.
+  /// kt[c·BK + j] = k̃_{j0+j}[c] (keys as the SIMD dimension), zero for j ≥ bk: W×W
+  /// in-register transposes where the arch has them (AVX-512 float, AVX/AVX2), else a scalar
+  /// transpose.
   void pack_keys(index_t j0, index_t bk, T* kt) const {
     using B = xsimd::batch<T, A>;
     constexpr index_t W = static_cast<index_t>(B::size), BK = softmax_tiling<T, A>::BK;
@@ -558,7 +559,8 @@ struct linear_run {
       if (has_state) {
         const T* sb = S_ + b;
         index_t c = 0;
-        // 4 state rows per step and one prefetch row (f is a multiple of W here, so of 4)
+        // 4 state rows per step and one prefetch row; the loop below takes the rest (f mod 4
+        // is 0 for W ≥ 4, but not for W = 2: SSE2 or NEON double)
         for (; c + 4 <= f_; c += 4) {
           pf.step();
           LRPE_UNROLL
