@@ -182,6 +182,7 @@ TEST_CASE_TEMPLATE("simd: partial rotary, custom θ, LRPE cosine and fused P·Λ
     check(lrpe::encoder(lrpe::p::permutation<T>::seeded(d, 12), lrpe::lambda::permutation_power<T>::seeded(d, 13)),
           "permutation x permutation power");
     check(lrpe::encoder(lrpe::p::householder<T>::seeded(d, 14), lrpe::lambda::identity<T>(d)), "householder alone");
+    check(lrpe::encoder(lrpe::p::permutation<T>::seeded(d, 16), lrpe::lambda::identity<T>(d)), "permutation alone");
     check(lrpe::encoder(lrpe::p::dense<T>(lrpe::p::householder<T>::seeded(d, 15).matrix()),
                         lrpe::lambda::rotation<T>(d, lrpe::freq::theta_a(d - d % 2))),
           "dense P x rotation");
@@ -282,6 +283,11 @@ TEST_CASE_TEMPLATE("simd encode_qk: BNSH / BSNH, shared and separate Q/K positio
     return std::max(ref::max_abs_diff(qo, qr), ref::max_abs_diff(ko, kr));
   };
   const std::vector<position_t> arr = {5, -3, 1'000'000, 7, 7, 0, 42};
+  const auto arr3 = [](index_t n) {  // positions 3·i − 40 (an array: no run of consecutive rows)
+    std::vector<position_t> v;
+    for (index_t i = 0; i < n; ++i) v.push_back(3 * i - 40);
+    return v;
+  };
   for (bool bsnh : {false, true}) {
     for (index_t d : {7, 64}) {
       const lrpe::rope_neox<T> neox(d);
@@ -295,6 +301,16 @@ TEST_CASE_TEMPLATE("simd encode_qk: BNSH / BSNH, shared and separate Q/K positio
       CHECK(run(gptj, bsnh, 1, 33, 32, 0) <= tol<T>(d));                  // decode step vs cache
       CHECK(run(t4, bsnh, 7, 7, arr, arr) <= tol<T>(d));                  // shared array
       CHECK(run(t8, bsnh, 7, 40, arr, -999'990) <= tol<T>(64));           // FFT path, strided rows
+    }
+    // Permutation powers take the rows of one position from w matrices at a time on AVX/AVX2
+    // (12 matrices here: whole groups and a remainder for w = 4 and 8), after P = I, a composed
+    // odd-even P and a Householder P; d = 264 is past the tile permute's widest row.
+    for (index_t d : {8, 24, 64, 264}) {
+      INFO("d = " << d << (bsnh ? ", BSNH" : ", BNSH"));
+      CHECK(run(lrpe::permuteformer<T>(d), bsnh, 21, 21, -5, -5) <= tol<T>(d));
+      CHECK(run(lrpe::type7<T>(d), bsnh, 21, 21, 1'000'000, 1'000'000) <= tol<T>(d));
+      CHECK(run(lrpe::type4<T>(d), bsnh, 21, 21, arr3(21), arr3(21)) <= tol<T>(d));
+      CHECK(run(lrpe::type4<T>(d), bsnh, 21, 9, 0, 12) <= tol<T>(d));  // separate positions: 6 matrices
     }
   }
 }

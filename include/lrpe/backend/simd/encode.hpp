@@ -347,6 +347,11 @@ class simd_encoder {
     if constexpr (pk_type::is_identity) {
       lambda_rows<Stream>(table, tw, jb.x.row(r0), jb.x.row_stride, jb.out.row(r0), jb.out.row_stride, m);
     } else if constexpr (lk_type::is_identity) {
+      if constexpr (requires { pk_->template apply_rows<Stream>(jb.x.row(0), index_t{}, jb.out.row(0), index_t{}, m); }) {
+        // a permutation P: by tiles of rows where it can (kernels.hpp, permute_tile)
+        pk_->template apply_rows<Stream>(jb.x.row(r0), jb.x.row_stride, jb.out.row(r0), jb.out.row_stride, m);
+        return;
+      }
       for (index_t r = 0; r < m; ++r) {
         prefetch_row(jb.x, r0 + r + prefetch_ahead, r0 + m);
         if constexpr (p_streams) pk_->template apply<Stream>(jb.x.row(r0 + r), jb.out.row(r0 + r));
@@ -399,6 +404,36 @@ class simd_encoder {
       std::is_same_v<lambda_type, lambda::permutation_power<scalar>> &&
       std::is_base_of_v<backend::simd_detail::permutation_gather<Arch, scalar>, pk_type>;
 
+  /// Permutation powers after P = I, a composed permutation P or a Householder P run w
+  /// matrices at a time on AVX/AVX2 (`apply_tiles`): the rows of one position, one per matrix,
+  /// share π^s and are permuted together.
+  static constexpr bool tiles_across_jobs = [] {
+    if constexpr (std::is_same_v<lambda_type, lambda::permutation_power<scalar>>) {
+      return backend::simd_detail::tile_permute_v<scalar, Arch> &&
+             (pk_type::is_identity || composes_p || requires(const pk_type& pk) { pk.reflector(); });
+    } else {
+      return false;
+    }
+  }();
+
+  /// Jobs [j, j + w) of a block (rows r0 … r0 + m) through `apply_tiles`.
+  template <class Entry>
+  void run_tiles(const backend::simd_detail::job<scalar>* jobs, index_t r0, index_t m, const Entry* table,
+                 index_t tw) const {
+    constexpr index_t w = static_cast<index_t>(xsimd::batch<scalar, Arch>::size);
+    const scalar* x[w];
+    scalar* y[w];
+    index_t xs[w], ys[w];
+    for (index_t i = 0; i < w; ++i) {
+      x[i] = jobs[i].x.row(r0);
+      y[i] = jobs[i].out.row(r0);
+      xs[i] = jobs[i].x.row_stride;
+      ys[i] = jobs[i].out.row_stride;
+    }
+    if constexpr (pk_type::is_identity || composes_p) lk_->apply_tiles(table, tw, x, xs, y, ys, m);
+    else lk_->apply_tiles(table, tw, x, xs, y, ys, m, *pk_);
+  }
+
   /// Table rows [0, m) (tw apart) ← P's indices ∘ row, where `composes_p`.
   template <class Entry>
   void compose_block(Entry* table, index_t tw, index_t m) const noexcept {
@@ -433,7 +468,13 @@ class simd_encoder {
       const index_t m = std::min(block, rows - r0);
       fill_block(lk, pos, r0, m, table, tw, c.data(), s.data());
       compose_block(table, tw, m);
-      for (index_t j = 0; j < count; ++j) {
+      index_t j = 0;
+      if constexpr (tiles_across_jobs) {
+        constexpr index_t w = static_cast<index_t>(xsimd::batch<scalar, Arch>::size);
+        if (!stream && lk.tiles_ok())
+          for (; j + w <= count; j += w) run_tiles(jobs + j, r0, m, table, tw);
+      }
+      for (; j < count; ++j) {
         const auto& jb = jobs[j];
         if (stream && (!LK::is_identity || p_streams) && can_stream(jb, lk)) {
           streamed = true;
