@@ -33,8 +33,11 @@ void instantiate_all() {
   lrpe::simd_encoder<lrpe::type5<T>, Arch>(lrpe::type5<T>(64)).encode(x, 0, y);
   lrpe::simd_encoder<lrpe::type7<T>, Arch>(lrpe::type7<T>(64)).encode(x, 0, y);
   lrpe::simd_encoder<lrpe::type8<T>, Arch>(lrpe::type8<T>(64)).encode(x, 0, y2);
+  const lrpe::encoder perm(lrpe::p::permutation<T>::seeded(64, 1), lrpe::lambda::identity<T>(64));
+  lrpe::simd_encoder<std::remove_const_t<decltype(perm)>, Arch>(perm).encode(x, 0, y);  // permute_tile
   const auto q = lrpe::bnsh(static_cast<const T*>(buf), 1, 1, 1, 64);
   const auto o = lrpe::bnsh(buf, 1, 1, 1, 64);
+  lrpe::simd_encoder<lrpe::permuteformer<T>, Arch>(lrpe::permuteformer<T>(64)).encode_qk(q, 0, q, 0, o, o);
   lrpe::softmax_attention(q, q, q, o, lrpe::no_encoding{}, lrpe::softmax_options<>{.causal = true},
                           lrpe::backend::simd<Arch>{});
   lrpe::linear_attention(q, q, q, o, lrpe::no_encoding{}, lrpe::feature_maps::elu_plus_one{},
