@@ -106,7 +106,7 @@ E make(index_t d) {
 
 /// Widths: tiny, odd, not multiples of 4/8/16, exact multiples, the FFT limit (256), and one
 /// past the 256-element stack row of the AVX2 mapped permute (Type 4: its fallback).
-constexpr index_t widths[] = {2, 3, 5, 8, 13, 16, 31, 33, 64, 65, 100, 128, 256, 300};
+constexpr index_t widths[] = {2, 3, 5, 8, 13, 16, 31, 32, 33, 64, 65, 100, 128, 256, 300};
 
 }  // namespace
 

@@ -758,6 +758,20 @@ struct l_kernel<Arch, lambda::rotation<T>> {
         }
       }
 #endif
+#if defined(__AVX2__) && defined(__FMA__)
+      if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx2, Arch>) {
+        if (interleaved_ && e == d_ && d_ % 8 == 0 && d_ <= 128) {
+          switch (d_ / 8) {
+            case 1: return mapped_interleaved_rows<1, Stream>(table, tw, x, xs, y, ys, m, map);
+            case 2: return mapped_interleaved_rows<2, Stream>(table, tw, x, xs, y, ys, m, map);
+            case 4: return mapped_interleaved_rows<4, Stream>(table, tw, x, xs, y, ys, m, map);
+            case 8: return mapped_interleaved_rows<8, Stream>(table, tw, x, xs, y, ys, m, map);
+            case 16: return mapped_interleaved_rows<16, Stream>(table, tw, x, xs, y, ys, m, map);
+            default: break;
+          }
+        }
+      }
+#endif
       for_each_mapped_row(map, x, xs, d_, m, [&](index_t r, const typename Map::row_state& st) LRPE_ALWAYS_INLINE_LAMBDA {
         const T* xr = x + r * xs;
         T* yr = y + r * ys;
@@ -767,6 +781,35 @@ struct l_kernel<Arch, lambda::rotation<T>> {
       });
     }
   }
+
+#if defined(__AVX2__) && defined(__FMA__)
+  /// Interleaved rotation of every feature after a row map, AVX2 float, d = 8·K: the rotation
+  /// of `rotate_interleaved` unrolled over the K vectors of a row.
+  template <int K, bool Stream, class Map>
+  void mapped_interleaved_rows(const entry* table, index_t tw, const T* x, index_t xs, T* y, index_t ys, index_t m,
+                               const Map& map_ref) const noexcept {
+    // A local copy of the map (its v pointer) and of the half width: the vector stores are
+    // may_alias, so members read through a reference are reloaded after every store.
+    const Map map = map_ref;
+    const index_t half = half_;
+    const __m256i dup_idx = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+    for_each_mapped_row(map, x, xs, d_, m, [&](index_t r, const typename Map::row_state& st) LRPE_ALWAYS_INLINE_LAMBDA {
+      const T* xr = x + r * xs;
+      T* yr = y + r * ys;
+      const T* c = table + r * tw;
+      const T* s = c + half;
+#pragma GCC unroll 16
+      for (int k = 0; k < K; ++k) {
+        const index_t i = 8 * k;
+        const __m256 xv = map.map(st, i, b(_mm256_loadu_ps(xr + i)));
+        const __m256 xsw = _mm256_permute_ps(xv, 0xB1);
+        const __m256 cv = _mm256_permutevar_ps(_mm256_broadcast_ps(reinterpret_cast<const __m128*>(c + i / 2)), dup_idx);
+        const __m256 sv = _mm256_permutevar_ps(_mm256_broadcast_ps(reinterpret_cast<const __m128*>(s + i / 2)), dup_idx);
+        store<Stream>(b(_mm256_fmaddsub_ps(xv, cv, _mm256_mul_ps(xsw, sv))), yr + i);
+      }
+    });
+  }
+#endif
 
 #if defined(__AVX512F__)
   /**
