@@ -63,6 +63,13 @@ inline void copy_row(const T* x, T* y, index_t n) noexcept {
   if (n > 0) std::memcpy(y, x, static_cast<std::size_t>(n) * sizeof(T));
 }
 
+/// Calls f(std::integral_constant<int, K>{}) for the K of Ks equal to k: a run-time width
+/// picks a kernel unrolled at compile time. False when k is none of Ks.
+template <int... Ks, class F>
+LRPE_ALWAYS_INLINE bool with_constant(index_t k, F&& f) {
+  return ((k == Ks ? (f(std::integral_constant<int, Ks>{}), true) : false) || ...);
+}
+
 /// Generator of the pair-swap shuffle (0,1,2,3,…) → (1,0,3,2,…).
 struct swap_pairs_mask {
   static constexpr unsigned get(unsigned i, unsigned) { return i ^ 1u; }
@@ -745,30 +752,20 @@ struct l_kernel<Arch, lambda::rotation<T>> {
                     requires { map.reflector(); }) {
         if (interleaved_ && e == d_ && d_ % 16 == 0 && d_ <= 128) {
           const T* v = map.reflector();
-          switch (d_ / 16) {
-            case 1: return reflect_rotate_rows<1, Stream>(v, table, tw, x, xs, y, ys, m);
-            case 2: return reflect_rotate_rows<2, Stream>(v, table, tw, x, xs, y, ys, m);
-            case 3: return reflect_rotate_rows<3, Stream>(v, table, tw, x, xs, y, ys, m);
-            case 4: return reflect_rotate_rows<4, Stream>(v, table, tw, x, xs, y, ys, m);
-            case 5: return reflect_rotate_rows<5, Stream>(v, table, tw, x, xs, y, ys, m);
-            case 6: return reflect_rotate_rows<6, Stream>(v, table, tw, x, xs, y, ys, m);
-            case 7: return reflect_rotate_rows<7, Stream>(v, table, tw, x, xs, y, ys, m);
-            default: return reflect_rotate_rows<8, Stream>(v, table, tw, x, xs, y, ys, m);
-          }
+          with_constant<1, 2, 3, 4, 5, 6, 7, 8>(d_ / 16, [&](auto k) {
+            reflect_rotate_rows<decltype(k)::value, Stream>(v, table, tw, x, xs, y, ys, m);
+          });
+          return;
         }
       }
 #endif
 #if defined(__AVX2__) && defined(__FMA__)
       if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx2, Arch>) {
         if (interleaved_ && e == d_ && d_ % 8 == 0 && d_ <= 128) {
-          switch (d_ / 8) {
-            case 1: return mapped_interleaved_rows<1, Stream>(table, tw, x, xs, y, ys, m, map);
-            case 2: return mapped_interleaved_rows<2, Stream>(table, tw, x, xs, y, ys, m, map);
-            case 4: return mapped_interleaved_rows<4, Stream>(table, tw, x, xs, y, ys, m, map);
-            case 8: return mapped_interleaved_rows<8, Stream>(table, tw, x, xs, y, ys, m, map);
-            case 16: return mapped_interleaved_rows<16, Stream>(table, tw, x, xs, y, ys, m, map);
-            default: break;
-          }
+          if (with_constant<1, 2, 4, 8, 16>(d_ / 8, [&](auto k) {
+                mapped_interleaved_rows<decltype(k)::value, Stream>(table, tw, x, xs, y, ys, m, map);
+              }))
+            return;
         }
       }
 #endif
@@ -1187,16 +1184,10 @@ struct l_kernel<Arch, lambda::permutation_power<T>> {
         constexpr index_t L = avx512_permute<T>::lanes;
         if (d_ % L == 0 && d_ <= 8 * L) {
           const T* v = map.reflector();
-          switch (d_ / L) {
-            case 1: return reflect_permute_rows<1, Stream, Arch>(v, table, tw, x, xs, y, ys, m, d_);
-            case 2: return reflect_permute_rows<2, Stream, Arch>(v, table, tw, x, xs, y, ys, m, d_);
-            case 3: return reflect_permute_rows<3, Stream, Arch>(v, table, tw, x, xs, y, ys, m, d_);
-            case 4: return reflect_permute_rows<4, Stream, Arch>(v, table, tw, x, xs, y, ys, m, d_);
-            case 5: return reflect_permute_rows<5, Stream, Arch>(v, table, tw, x, xs, y, ys, m, d_);
-            case 6: return reflect_permute_rows<6, Stream, Arch>(v, table, tw, x, xs, y, ys, m, d_);
-            case 7: return reflect_permute_rows<7, Stream, Arch>(v, table, tw, x, xs, y, ys, m, d_);
-            default: return reflect_permute_rows<8, Stream, Arch>(v, table, tw, x, xs, y, ys, m, d_);
-          }
+          with_constant<1, 2, 3, 4, 5, 6, 7, 8>(d_ / L, [&](auto k) {
+            reflect_permute_rows<decltype(k)::value, Stream, Arch>(v, table, tw, x, xs, y, ys, m, d_);
+          });
+          return;
         }
       }
 #endif
