@@ -303,8 +303,10 @@ TEST_CASE_TEMPLATE("simd encode_qk: BNSH / BSNH, shared and separate Q/K positio
       CHECK(run(t8, bsnh, 7, 40, arr, -999'990) <= tol<T>(64));           // FFT path, strided rows
     }
     // Permutation powers take the rows of one position from w matrices at a time on AVX/AVX2
-    // (12 matrices here: whole groups and a remainder for w = 4 and 8), after P = I, a composed
-    // odd-even P and a Householder P; d = 264 is past the tile permute's widest row.
+    // (12 matrices here: a group and a remainder for w = 8, three groups for w = 4; separate
+    // positions, 6 a side: a group and a remainder for w = 4), after P = I, a composed odd-even
+    // P and a Householder P; d = 264 is past the tile permute's widest row. The explicit-arch
+    // case below covers more blocks and remainders.
     for (index_t d : {8, 24, 64, 264}) {
       INFO("d = " << d << (bsnh ? ", BSNH" : ", BNSH"));
       CHECK(run(lrpe::permuteformer<T>(d), bsnh, 21, 21, -5, -5) <= tol<T>(d));
@@ -314,6 +316,73 @@ TEST_CASE_TEMPLATE("simd encode_qk: BNSH / BSNH, shared and separate Q/K positio
     }
   }
 }
+
+#if defined(__AVX2__) && defined(__FMA__)
+namespace {
+/// Q and K of B×H heads (BNSH) by `simd_encoder<E, Arch>` against the reference backend.
+template <class Arch, class E>
+long double qk_vs_reference(const E& e, index_t H, index_t nq, index_t nk, lrpe::positions qp, lrpe::positions kp,
+                            std::uint64_t seed) {
+  using T = typename E::scalar;
+  const index_t d = e.dim(), f = e.feature_dim();
+  const auto q = ref::random_rows<T>(H * nq, d, seed);
+  const auto k = ref::random_rows<T>(H * nk, d, seed + 1);
+  lrpe::row_matrix<T> qo(H * nq, f), ko(H * nk, f), qr(H * nq, f), kr(H * nk, f);
+  lrpe::simd_encoder<E, Arch>(e).encode_qk(lrpe::bnsh(q.data(), 1, H, nq, d), qp, lrpe::bnsh(k.data(), 1, H, nk, d), kp,
+                                           lrpe::bnsh(qo.data(), 1, H, nq, f), lrpe::bnsh(ko.data(), 1, H, nk, f));
+  lrpe::encode_qk(lrpe::backend::reference{}, e, lrpe::bnsh(q.data(), 1, H, nq, d), qp, lrpe::bnsh(k.data(), 1, H, nk, d),
+                  kp, lrpe::bnsh(qr.data(), 1, H, nq, f), lrpe::bnsh(kr.data(), 1, H, nk, f));
+  return std::max(ref::max_abs_diff(qo, qr), ref::max_abs_diff(ko, kr));
+}
+
+/// One matrix of n rows by `simd_encoder<E, Arch>`, cached and streamed, against the reference.
+template <class Arch, class E>
+long double one_vs_reference(const E& e, index_t n, position_t offset, std::uint64_t seed) {
+  using T = typename E::scalar;
+  const auto x = ref::random_rows<T>(n, e.dim(), seed);
+  const auto want = e.encode(x, lrpe::positions(offset));
+  lrpe::simd_encoder<E, Arch> se(e);
+  lrpe::row_matrix<T> got(n, e.feature_dim()), streamed(n, e.feature_dim());
+  se.encode(lrpe::view(x), offset, lrpe::view(got));
+  se.set_stream_threshold(0);
+  se.encode(lrpe::view(x), offset, lrpe::view(streamed));
+  return std::max(ref::max_abs_diff(got, want), ref::max_abs_diff(streamed, want));
+}
+
+template <class Arch, class T>
+void check_avx_kernels() {
+  // 9 heads: shared positions give 18 matrices (two groups and 2 left for w = 8, four and 2
+  // for w = 4), separate ones 9 a side (8 + 1, 4 + 4 + 1); 300 rows: two position blocks.
+  const std::vector<position_t> arr = [] {
+    std::vector<position_t> v;
+    for (index_t i = 0; i < 300; ++i) v.push_back(7 * i - 1000);
+    return v;
+  }();
+  for (index_t d : {24, 64}) {
+    INFO("d = " << d);
+    CHECK(qk_vs_reference<Arch>(lrpe::permuteformer<T>(d), 9, 300, 300, -5, -5, 11) <= tol<T>(d));
+    CHECK(qk_vs_reference<Arch>(lrpe::permuteformer<T>(d), 9, 300, 40, 0, 260, 12) <= tol<T>(d));
+    CHECK(qk_vs_reference<Arch>(lrpe::type7<T>(d), 9, 300, 300, 999'000, 999'000, 13) <= tol<T>(d));
+    CHECK(qk_vs_reference<Arch>(lrpe::type4<T>(d), 9, 300, 300, arr, arr, 14) <= tol<T>(d));
+  }
+  for (index_t d : {8, 16, 32, 64, 128, 40}) {  // Type 1: the unrolled rotation at d = 8K, K ∈ {1, 2, 4, 8, 16}
+    INFO("d = " << d);
+    CHECK(one_vs_reference<Arch>(lrpe::type1<T>(d), 45, 3, 15) <= tol<T>(d));
+  }
+  for (index_t d : {64, 40, 61}) {  // P alone by tiles of consecutive rows, cached and streamed
+    INFO("d = " << d);
+    CHECK(one_vs_reference<Arch>(lrpe::encoder(lrpe::p::permutation<T>::seeded(d, 17), lrpe::lambda::identity<T>(d)), 301,
+                                 0, 16) <= tol<T>(d));
+  }
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("simd encode with the AVX2 and AVX kernels named explicitly (run on AVX-512 hosts too) == reference",
+                   T, float, double) {
+  SUBCASE("fma3<avx2>") { check_avx_kernels<xsimd::fma3<xsimd::avx2>, T>(); }
+  SUBCASE("avx") { check_avx_kernels<xsimd::avx, T>(); }
+}
+#endif
 
 TEST_CASE("simd angles at position ±1e6 in float match a long-double reference (same tolerance as scalar)") {
   // As tests/test_presets.cpp for the scalar encoder: x = e_{pair} maps to (cos, sin) of s·θ_k.

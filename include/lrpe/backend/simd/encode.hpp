@@ -309,10 +309,10 @@ class simd_encoder {
            static_cast<double>(sizeof(scalar));
   }
 
-  /// Rows ahead whose input is prefetched on the P-into-scratch paths (a permutation or dense
-  /// P; a Householder P prefetches in its own row-map loop, kernels.hpp): 24 rows = 6 KiB at
-  /// d = 64 float measured ~10 % faster than 8 when this path also ran Householder chains.
-  static constexpr index_t prefetch_ahead = 24;
+  /// Rows ahead whose input is prefetched where P runs a row at a time (a P alone without a row
+  /// loop of its own, a dense or DCT P into a fused chain's scratch; a permutation P alone and
+  /// a Householder row map prefetch in their own loops, kernels.hpp).
+  static constexpr index_t prefetch_ahead = backend::simd_detail::p_prefetch_rows;
   static void prefetch_row(const matrix_view<const scalar>& x, index_t r, index_t end) noexcept {
     if (r < end) backend::simd_detail::prefetch_row(x.row(r), x.cols);
   }

@@ -15,7 +15,7 @@
  * | rotation, interleaved | C[e/2], S[e/2] (+ w − 1 pad) | y = fmaddsub(x, dup(C), swap_pairs(x)·dup(S)) |
  * | rotation, split-half  | C[e/2], S[e/2] (+ w − 1 pad) | y_a = a·C − b·S, y_b = b·C + a·S (two contiguous halves) |
  * | complex phase, real P | C[e], S[e] | Re = x·C, Im = x·S |
- * | permutation power     | idx[d] (int32 / int64) = π^s(j) | y = permute_row(x, idx) |
+ * | permutation power     | idx[d] (int32 / int64) = π^s(j) | y = permute_row(x, idx); on AVX/AVX2 the rows of one position in w matrices by one permute_tile |
  * | identity              | none | copy |
  *
  * Primary templates are the fallbacks: a P without a kernel is applied by its own (scalar)
@@ -359,9 +359,9 @@ LRPE_ALWAYS_INLINE void permute_row(const T* x, const index_of_t<T>* idx, T* y, 
  * block in L1, column j = feature j of the w rows; the permute is then a choice of whole
  * column vectors, and the tiles are transposed back. At d = 64 float that is 6 shuffles and
  * 3 loads per output vector, against 8 element loads, 8 index loads and 7 inserts for the
- * row-at-a-time `permute_row` on AVX2. A Householder map x − 2(v·x)v rides along for free:
- * v·x of the w rows is one broadcast FMA per column, no horizontal sum. AVX-512 float keeps
- * its register permute (a row in registers, `vpermt2ps`).
+ * row-at-a-time `permute_row` on AVX2. A Householder map x − 2(v·x)v rides along: v·x of
+ * the w rows is one broadcast FMA per column (no horizontal sum) and each chosen column takes
+ * one more FMA. AVX-512 keeps its register permute (a row in registers, `vpermt2ps`/`pd`).
  */
 template <class T, class Arch>
 inline constexpr bool tile_permute_v =
@@ -544,7 +544,13 @@ struct p_kernel<Arch, p::householder<T>> {
   index_t d_;
 };
 
-/// y[j] = x[π(j)] by `permute_row` (p::permutation and p::odd_even).
+/// Rows ahead whose input a P kernel's row loop prefetches (a permutation P alone here, a
+/// dense or DCT P into the fused chain's scratch in encode.hpp): 24 rows = 6 KiB at d = 64
+/// float measured ~10 % faster than 8 when that path also ran Householder chains.
+inline constexpr index_t p_prefetch_rows = 24;
+
+/// y[j] = x[π(j)] by `permute_row` (p::permutation and p::odd_even); `apply_rows`, P alone,
+/// by `permute_tile` over w rows at a time where it can.
 template <class Arch, class T>
 struct permutation_gather {
   static constexpr bool vectorised = true;
@@ -584,9 +590,8 @@ struct permutation_gather {
       apply<Stream>(x + r * xs, y + r * ys);
     }
   }
-  /// Rows ahead whose input `apply_rows` prefetches (24 rows = 6 KiB at d = 64 float: measured
-  /// ~10 % faster than 8 on the row-at-a-time path).
-  static constexpr index_t prefetch_ahead = 24;
+  /// Rows ahead whose input `apply_rows` prefetches (the driver's P-into-scratch distance).
+  static constexpr index_t prefetch_ahead = p_prefetch_rows;
   std::vector<index_of_t<T>> idx_;
 };
 
@@ -1078,7 +1083,8 @@ struct l_kernel<Arch, lambda::complex_phase<T>> {
   index_t e_, d_;
 };
 
-/// Powers of a permutation: per position the index row π^s(·), per row one `permute_row`.
+/// Powers of a permutation: per position the index row π^s(·), per row one `permute_row`, or
+/// on AVX/AVX2 the rows of one position in w matrices by one `permute_tile` (`apply_tiles`).
 template <class Arch, class T>
 struct l_kernel<Arch, lambda::permutation_power<T>> {
   using b = xsimd::batch<T, Arch>;
@@ -1208,7 +1214,6 @@ struct l_kernel<Arch, lambda::permutation_power<T>> {
   void apply_tiles(const entry* table, index_t tw, const T* const* x, const index_t* xs, T* const* y,
                    const index_t* ys, index_t m, const Map& map = {}) const noexcept {
     if constexpr (tile_permute_v<T, Arch>) {
-      constexpr index_t w = static_cast<index_t>(b::size);
       const T* v = nullptr;
       if constexpr (!Map::trivial) v = map.reflector();
       const T* xr[w];
@@ -1225,7 +1230,8 @@ struct l_kernel<Arch, lambda::permutation_power<T>> {
   }
   /// `apply_tiles` serves this width.
   [[nodiscard]] bool tiles_ok() const noexcept { return tile_permute_ok<T, Arch>(d_); }
-  /// Positions ahead whose rows `apply_tiles` prefetches (4 = 32 rows of 8 matrices).
+  /// Positions ahead whose rows `apply_tiles` prefetches (4 positions of w matrices: 32 rows
+  /// in float, 16 in double).
   static constexpr index_t tile_prefetch_rows = 4;
 
   index_t d_;
