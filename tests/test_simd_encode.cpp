@@ -319,7 +319,9 @@ TEST_CASE_TEMPLATE("simd encode_qk: BNSH / BSNH, shared and separate Q/K positio
 
 #if defined(__AVX2__) && defined(__FMA__)
 namespace {
-/// Q and K of B×H heads (BNSH) by `simd_encoder<E, Arch>` against the reference backend.
+/// Q and K of H heads by `simd_encoder<E, Arch>` against the reference backend, BNSH or BSNH,
+/// cached and streamed (threshold 0: BSNH heads are adjacent, so their tiles stream too; BNSH
+/// heads are n·d apart and stream a matrix at a time). Streamed and cached must agree bit for bit.
 template <class Arch, class E>
 long double qk_vs_reference(const E& e, index_t H, index_t nq, index_t nk, lrpe::positions qp, lrpe::positions kp,
                             std::uint64_t seed) {
@@ -327,12 +329,24 @@ long double qk_vs_reference(const E& e, index_t H, index_t nq, index_t nk, lrpe:
   const index_t d = e.dim(), f = e.feature_dim();
   const auto q = ref::random_rows<T>(H * nq, d, seed);
   const auto k = ref::random_rows<T>(H * nk, d, seed + 1);
-  lrpe::row_matrix<T> qo(H * nq, f), ko(H * nk, f), qr(H * nq, f), kr(H * nk, f);
-  lrpe::simd_encoder<E, Arch>(e).encode_qk(lrpe::bnsh(q.data(), 1, H, nq, d), qp, lrpe::bnsh(k.data(), 1, H, nk, d), kp,
-                                           lrpe::bnsh(qo.data(), 1, H, nq, f), lrpe::bnsh(ko.data(), 1, H, nk, f));
-  lrpe::encode_qk(lrpe::backend::reference{}, e, lrpe::bnsh(q.data(), 1, H, nq, d), qp, lrpe::bnsh(k.data(), 1, H, nk, d),
-                  kp, lrpe::bnsh(qr.data(), 1, H, nq, f), lrpe::bnsh(kr.data(), 1, H, nk, f));
-  return std::max(ref::max_abs_diff(qo, qr), ref::max_abs_diff(ko, kr));
+  long double worst = 0;
+  for (bool bsnh : {false, true}) {
+    const auto hv = [&](auto* data, index_t seq, index_t width) {
+      return bsnh ? lrpe::bsnh(data, 1, seq, H, width) : lrpe::bnsh(data, 1, H, seq, width);
+    };
+    lrpe::row_matrix<T> qo(H * nq, f), ko(H * nk, f), qs(H * nq, f), ks(H * nk, f), qr(H * nq, f), kr(H * nk, f);
+    lrpe::simd_encoder<E, Arch> se(e);
+    se.encode_qk(hv(q.data(), nq, d), qp, hv(k.data(), nk, d), kp, hv(qo.data(), nq, f), hv(ko.data(), nk, f));
+    se.set_stream_threshold(0);
+    se.encode_qk(hv(q.data(), nq, d), qp, hv(k.data(), nk, d), kp, hv(qs.data(), nq, f), hv(ks.data(), nk, f));
+    lrpe::encode_qk(lrpe::backend::reference{}, e, hv(q.data(), nq, d), qp, hv(k.data(), nk, d), kp,
+                    hv(qr.data(), nq, f), hv(kr.data(), nk, f));
+    INFO((bsnh ? "BSNH" : "BNSH"));
+    CHECK((qs.array() == qo.array()).all());
+    CHECK((ks.array() == ko.array()).all());
+    worst = std::max({worst, ref::max_abs_diff(qo, qr), ref::max_abs_diff(ko, kr)});
+  }
+  return worst;
 }
 
 /// One matrix of n rows by `simd_encoder<E, Arch>`, cached and streamed, against the reference.

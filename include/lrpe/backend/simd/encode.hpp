@@ -416,8 +416,30 @@ class simd_encoder {
     }
   }();
 
+  /// Widest span of the w matrices' first rows (inputs, and outputs apart) for which a call
+  /// that streams from DRAM takes the tiles across matrices (`rows_close`).
+  static constexpr std::size_t tile_span_bytes = std::size_t{64} << 10;
+
+  /// The first rows of `count` jobs lie within `tile_span_bytes` of each other, inputs and
+  /// outputs each (BSNH: the heads of a position are adjacent). Heads far apart (BNSH, n·d
+  /// apart) are read and written a row of each at a time, which on an AVX2 host measured
+  /// slower than a matrix at a time once the data came from DRAM: with pages allocated in
+  /// order, rows a power of two apart fall in the same DRAM banks.
+  static bool rows_close(const backend::simd_detail::job<scalar>* jobs, index_t count) noexcept {
+    const auto span = [&](auto ptr) {
+      std::uintptr_t lo = ptr(jobs[0]), hi = lo;
+      for (index_t i = 1; i < count; ++i) {
+        lo = std::min(lo, ptr(jobs[i]));
+        hi = std::max(hi, ptr(jobs[i]));
+      }
+      return hi - lo;
+    };
+    return span([](const auto& jb) { return reinterpret_cast<std::uintptr_t>(jb.x.data); }) <= tile_span_bytes &&
+           span([](const auto& jb) { return reinterpret_cast<std::uintptr_t>(jb.out.data); }) <= tile_span_bytes;
+  }
+
   /// Jobs [j, j + w) of a block (rows r0 … r0 + m) through `apply_tiles`.
-  template <class Entry>
+  template <bool Stream, class Entry>
   void run_tiles(const backend::simd_detail::job<scalar>* jobs, index_t r0, index_t m, const Entry* table,
                  index_t tw) const {
     constexpr index_t w = static_cast<index_t>(xsimd::batch<scalar, Arch>::size);
@@ -430,8 +452,8 @@ class simd_encoder {
       xs[i] = jobs[i].x.row_stride;
       ys[i] = jobs[i].out.row_stride;
     }
-    if constexpr (pk_type::is_identity || composes_p) lk_->apply_tiles(table, tw, x, xs, y, ys, m);
-    else lk_->apply_tiles(table, tw, x, xs, y, ys, m, *pk_);
+    if constexpr (pk_type::is_identity || composes_p) lk_->template apply_tiles<Stream>(table, tw, x, xs, y, ys, m);
+    else lk_->template apply_tiles<Stream>(table, tw, x, xs, y, ys, m, *pk_);
   }
 
   /// Table rows [0, m) (tw apart) ← P's indices ∘ row, where `composes_p`.
@@ -468,21 +490,31 @@ class simd_encoder {
       const index_t m = std::min(block, rows - r0);
       fill_block(lk, pos, r0, m, table, tw, c.data(), s.data());
       compose_block(table, tw, m);
-      index_t j = 0;
-      if constexpr (tiles_across_jobs) {
-        constexpr index_t w = static_cast<index_t>(xsimd::batch<scalar, Arch>::size);
-        if (!stream && lk.tiles_ok())
-          for (; j + w <= count; j += w) run_tiles(jobs + j, r0, m, table, tw);
-      }
-      for (; j < count; ++j) {
-        const auto& jb = jobs[j];
+      const auto one_job = [&](const backend::simd_detail::job<scalar>& jb) {
         if (stream && (!LK::is_identity || p_streams) && can_stream(jb, lk)) {
           streamed = true;
           run_rows<true>(jb, r0, m, table, tw, scratch);
         } else {
           run_rows<false>(jb, r0, m, table, tw, scratch);
         }
+      };
+      index_t j = 0;
+      if constexpr (tiles_across_jobs) {
+        constexpr index_t w = static_cast<index_t>(xsimd::batch<scalar, Arch>::size);
+        if (lk.tiles_ok())
+          for (; j + w <= count; j += w) {
+            if (stream && !rows_close(jobs + j, w)) {  // streamed from DRAM, far apart: a matrix at a time
+              for (index_t i = 0; i < w; ++i) one_job(jobs[j + i]);
+              continue;
+            }
+            bool all = stream;
+            for (index_t i = 0; i < w && all; ++i) all = can_stream(jobs[j + i], lk);
+            streamed = streamed || all;
+            if (all) run_tiles<true>(jobs + j, r0, m, table, tw);
+            else run_tiles<false>(jobs + j, r0, m, table, tw);
+          }
       }
+      for (; j < count; ++j) one_job(jobs[j]);
     }
     if (streamed) backend::compat::stream_fence();
   }

@@ -381,6 +381,17 @@ constexpr bool tile_permute_ok(index_t d) noexcept {
   }
 }
 
+/// Σ_k acc[k] lane by lane, in the order of xsimd's AVX `haddp` (a pairwise tree: ((a0 + a1) +
+/// (a2 + a3)) + ((a4 + a5) + (a6 + a7)) for 8 lanes), for `permute_tile`'s μ. The w vectors
+/// are summed in place.
+template <class B>
+LRPE_ALWAYS_INLINE B haddp_tree(B* acc) noexcept {
+  constexpr std::size_t w = B::size;
+  for (std::size_t s = 1; s < w; s *= 2)
+    for (std::size_t k = 0; k < w; k += 2 * s) acc[k] = acc[k] + acc[k + s];
+  return acc[0];
+}
+
 /**
  * y_i[j] = x'_i[idx[j]] for the w rows x_0 … x_{w−1} (any addresses, same permutation), where
  * x' = x, or with `Reflect` x' = x − 2(v·x)v. Requires `tile_permute_ok<T, Arch>(d)`.
@@ -392,20 +403,28 @@ LRPE_ALWAYS_INLINE void permute_tile(const T* const* x, T* const* y, const index
   using b = xsimd::batch<T, Arch>;
   constexpr index_t w = static_cast<index_t>(b::size);
   alignas(64) T cols[tile_permute_max_d * w];
-  [[maybe_unused]] b acc[4] = {b(T(0)), b(T(0)), b(T(0)), b(T(0))};
   for (index_t c = 0; c < d; c += w) {
     b t[w];
 #pragma GCC unroll 8
     for (index_t i = 0; i < w; ++i) t[i] = b::load_unaligned(x[i] + c);
     compat::transpose_square(t);
 #pragma GCC unroll 8
-    for (index_t i = 0; i < w; ++i) {
-      t[i].store_aligned(cols + (c + i) * w);
-      if constexpr (Reflect) acc[i % 4] = xsimd::fma(b(v[c + i]), t[i], acc[i % 4]);
-    }
+    for (index_t i = 0; i < w; ++i) t[i].store_aligned(cols + (c + i) * w);
   }
   [[maybe_unused]] b mu;
-  if constexpr (Reflect) mu = b(T(-2)) * ((acc[0] + acc[1]) + (acc[2] + acc[3]));
+  if constexpr (Reflect) {
+    // μ in the order of the row map's `begin_rows` (lane k of its accumulator = features
+    // ≡ k mod w, summed by xsimd's haddp tree), so that a row gets the same bits on either
+    // path: which path runs depends on the layout and the call's size.
+    b acc[w];
+#pragma GCC unroll 8
+    for (index_t k = 0; k < w; ++k) acc[k] = b(T(0));
+    for (index_t c = 0; c < d; c += w) {
+#pragma GCC unroll 8
+      for (index_t k = 0; k < w; ++k) acc[k] = xsimd::fma(b::load_aligned(cols + (c + k) * w), b(v[c + k]), acc[k]);
+    }
+    mu = b(T(-2)) * (haddp_tree(acc) + b(T(0)));
+  }
   // Streamed, the rows are staged in L1 and written one after the other, each a run of whole
   // lines: w rows written a vector at a time each would keep w partial lines in the
   // write-combining buffers, and rows of different heads alias in them.
@@ -511,23 +530,28 @@ struct p_kernel<Arch, p::householder<T>> {
   /// sums them with one `compat::haddp` (a transpose-and-add tree: about 2 shuffles per row,
   /// against 6–7 for a horizontal sum and broadcast per row: the shuffle port is what the
   /// rotation kernels already saturate).
+  /// A short group (cnt < w) takes the same order, its missing rows zero, so that a row's μ
+  /// does not depend on where a block of rows starts (`permute_tile` reproduces it too).
   LRPE_ALWAYS_INLINE void begin_rows(const T* x, index_t xs, index_t cnt, row_state* st) const noexcept {
-    if (cnt < w) {
-      for (index_t r = 0; r < cnt; ++r) st[r].mu = T(-2) * row_dot<T, Arch>(x + r * xs, v_, d_);
-      return;
-    }
     b acc[w];
 #pragma GCC unroll 16
     for (index_t r = 0; r < w; ++r) acc[r] = b(T(0));
     index_t i = 0;
-    for (; i + w <= d_; i += w) {
-      const b vv = b::load_unaligned(v_ + i);
+    if (cnt == w) {
+      for (; i + w <= d_; i += w) {
+        const b vv = b::load_unaligned(v_ + i);
 #pragma GCC unroll 16
-      for (index_t r = 0; r < w; ++r) acc[r] = xsimd::fma(b::load_unaligned(x + r * xs + i), vv, acc[r]);
+        for (index_t r = 0; r < w; ++r) acc[r] = xsimd::fma(b::load_unaligned(x + r * xs + i), vv, acc[r]);
+      }
+    } else {
+      for (; i + w <= d_; i += w) {
+        const b vv = b::load_unaligned(v_ + i);
+        for (index_t r = 0; r < cnt; ++r) acc[r] = xsimd::fma(b::load_unaligned(x + r * xs + i), vv, acc[r]);
+      }
     }
     alignas(sizeof(b)) T dots[w];
     compat::haddp(acc).store_aligned(dots);
-    for (index_t r = 0; r < w; ++r) {
+    for (index_t r = 0; r < cnt; ++r) {
       T tail = 0;
       for (index_t c = i; c < d_; ++c) tail += x[r * xs + c] * v_[c];
       st[r].mu = T(-2) * (dots[r] + tail);
@@ -1207,10 +1231,10 @@ struct l_kernel<Arch, lambda::permutation_power<T>> {
    * Rows [0, m) of w matrices at the same positions, by `permute_tile` (AVX/AVX2): matrix i's
    * row r (x[i] + r·xs[i] → y[i] + r·ys[i]) takes table row r, so the w rows of one position
    * share a permutation and are permuted together. With a Householder `map`, Λ(P x). Requires
-   * `tiles_ok()`. Inputs are prefetched `tile_prefetch_rows` positions ahead. Cached stores
-   * only: the driver takes this path for calls below the stream threshold (encode.hpp).
+   * `tiles_ok()`. Inputs are prefetched `tile_prefetch_rows` positions ahead. Stream: the
+   * driver streams through here only when the w matrices' rows lie close (encode.hpp).
    */
-  template <class Map = identity_map<Arch, T>>
+  template <bool Stream = false, class Map = identity_map<Arch, T>>
   void apply_tiles(const entry* table, index_t tw, const T* const* x, const index_t* xs, T* const* y,
                    const index_t* ys, index_t m, const Map& map = {}) const noexcept {
     if constexpr (tile_permute_v<T, Arch>) {
@@ -1224,7 +1248,7 @@ struct l_kernel<Arch, lambda::permutation_power<T>> {
           yr[i] = y[i] + r * ys[i];
           if (r + tile_prefetch_rows < m) prefetch_row(xr[i] + tile_prefetch_rows * xs[i], d_);
         }
-        permute_tile<false, !Map::trivial, Arch>(xr, yr, table + r * tw, d_, v);
+        permute_tile<Stream, !Map::trivial, Arch>(xr, yr, table + r * tw, d_, v);
       }
     }
   }
