@@ -100,14 +100,21 @@ struct qk_data {
   }
 };
 
+/// [batch, heads, seq, dim] (PyTorch's attention layout) or [batch, seq, heads, dim] (a QKV
+/// projection's output, llama.cpp's and HF's layout before the transpose).
+enum class layout { bnsh, bsnh };
+
 template <class E, class Backend>
-void encode_qk_bench(benchmark::State& state, const E& enc, Backend) {
+void encode_qk_bench(benchmark::State& state, const E& enc, Backend, layout lay = layout::bnsh) {
   const auto n = static_cast<lrpe::index_t>(state.range(0));
   qk_data m(n, enc.feature_dim(), enc.dim());
-  const auto qv = lrpe::bnsh<const float>(m.q.data(), 1, heads, n, enc.dim());
-  const auto kv = lrpe::bnsh<const float>(m.k.data(), 1, heads, n, enc.dim());
-  const auto qo = lrpe::bnsh(m.qo.data(), 1, heads, n, enc.feature_dim());
-  const auto ko = lrpe::bnsh(m.ko.data(), 1, heads, n, enc.feature_dim());
+  const auto hv = [&](auto* data, lrpe::index_t w) {
+    return lay == layout::bnsh ? lrpe::bnsh(data, 1, heads, n, w) : lrpe::bsnh(data, 1, n, heads, w);
+  };
+  const auto qv = hv(static_cast<const float*>(m.q.data()), enc.dim());
+  const auto kv = hv(static_cast<const float*>(m.k.data()), enc.dim());
+  const auto qo = hv(m.qo.data(), enc.feature_dim());
+  const auto ko = hv(m.ko.data(), enc.feature_dim());
   if constexpr (std::is_same_v<Backend, lrpe::backend::reference>) {
     timed(state, m.bytes(), anchor_for(n), [&] {
       lrpe::encode_qk(lrpe::backend::reference{}, enc, qv, 0, kv, 0, qo, ko);
@@ -151,6 +158,23 @@ void dft_phase_type8_d256(benchmark::State& s) { encode_qk_bench(s, lrpe::type8<
 void reference_type8_d128(benchmark::State& s) { encode_qk_bench(s, lrpe::type8<float>(128), reference{}); }
 void reference_type8_d256(benchmark::State& s) { encode_qk_bench(s, lrpe::type8<float>(256), reference{}); }
 
+// BSNH: the heads of a position are adjacent in memory.
+void rope_interleaved_bsnh(benchmark::State& s) { encode_qk_bench(s, lrpe::rope_gptj<float>(dim), simd{}, layout::bsnh); }
+void permutation_power_bsnh(benchmark::State& s) {
+  encode_qk_bench(s, lrpe::permuteformer<float>(dim), simd{}, layout::bsnh);
+}
+void fused_householder_rotation_type1_bsnh(benchmark::State& s) {
+  encode_qk_bench(s, lrpe::type1<float>(dim), simd{}, layout::bsnh);
+}
+void lrpe_cosine_bsnh(benchmark::State& s) {
+  encode_qk_bench(s, lrpe::encoder(lrpe::p::identity<float>(dim), lrpe::lambda::complex_phase<float>(dim)), simd{},
+                  layout::bsnh);
+}
+void dft_phase_type8_bsnh(benchmark::State& s) { encode_qk_bench(s, lrpe::type8<float>(dim), simd{}, layout::bsnh); }
+void reference_rope_interleaved_bsnh(benchmark::State& s) {
+  encode_qk_bench(s, lrpe::rope_gptj<float>(dim), reference{}, layout::bsnh);
+}
+
 void dispatch_rope_split_half(benchmark::State& state) {
   const auto n = static_cast<lrpe::index_t>(state.range(0));
   const lrpe::rope_neox<float> enc(dim);
@@ -182,6 +206,12 @@ LRPE_QK(reference_rope_interleaved);
 LRPE_QK(reference_type1);
 LRPE_QK(reference_type8);
 LRPE_QK(dispatch_rope_split_half);
+LRPE_QK(rope_interleaved_bsnh);
+LRPE_QK(permutation_power_bsnh);
+LRPE_QK(fused_householder_rotation_type1_bsnh);
+LRPE_QK(lrpe_cosine_bsnh);
+LRPE_QK(dft_phase_type8_bsnh);
+LRPE_QK(reference_rope_interleaved_bsnh);
 #define LRPE_QK_WIDE(f) BENCHMARK(f)->Arg(2048)->Arg(512)->UseManualTime()->Unit(benchmark::kMicrosecond)
 LRPE_QK_WIDE(dft_phase_type8_d128);
 LRPE_QK_WIDE(dft_phase_type8_d256);

@@ -317,6 +317,134 @@ TEST_CASE_TEMPLATE("simd encode_qk: BNSH / BSNH, shared and separate Q/K positio
   }
 }
 
+namespace {
+/// A (batch, head, seq, dim) layout over one buffer: element (b, h, s, j) at
+/// offset + b·bs + h·hs + s·ss + j.
+struct layout {
+  const char* name;
+  index_t offset, bs, hs, ss;
+  index_t size(index_t B, index_t H, index_t n, index_t w) const {
+    return offset + (B - 1) * bs + (H - 1) * hs + (n - 1) * ss + w;
+  }
+  template <class T>
+  lrpe::heads_view<T> view(T* data, index_t B, index_t H, index_t n, index_t w) const {
+    return {data + offset, B, H, n, w, bs, hs, ss};
+  }
+};
+
+/// Layouts of Q (side 0) or K (side 1), n rows, width w, B batch entries, H heads: BNSH, BSNH,
+/// a packed QKV projection ([B, n, 3, H, w]: K's heads continue Q's), and BSNH with gaps
+/// between heads and positions (misaligned rows: no non-temporal stores).
+std::vector<layout> qk_layouts(index_t side, index_t B, index_t H, index_t n, index_t w) {
+  (void)B;
+  return {{"BNSH", 0, H * n * w, n * w, w},
+          {"BSNH", 0, n * H * w, w, H * w},
+          {"packed QKV", side * H * w, n * 3 * H * w, w, 3 * H * w},
+          {"BSNH with gaps", 1, n * (H * (w + 1) + 3), w + 1, H * (w + 1) + 3}};
+}
+
+/// Q and K of B×H heads in every layout of `qk_layouts`, cached and streamed (threshold 0),
+/// by `simd_encoder<E, Arch>`: the same bits as BNSH cached, which is within the stated
+/// tolerance of the reference backend. Interleaved heads (every layout but BNSH) run a
+/// position at a time across heads; the rows' values must not depend on that.
+template <class Arch, class E>
+void check_layouts_bits(const E& e, index_t B, index_t H, index_t nq, index_t nk, lrpe::positions qp,
+                        lrpe::positions kp, std::uint64_t seed) {
+  using T = typename E::scalar;
+  const index_t d = e.dim(), f = e.feature_dim();
+  const auto q = ref::random_rows<T>(B * H * nq, d, seed);  // logical [B, H, n, d]
+  const auto k = ref::random_rows<T>(B * H * nk, d, seed + 1);
+  const auto scatter = [&](const lrpe::row_matrix<T>& src, const layout& l, index_t n, std::vector<T>& buf) {
+    const auto v = l.view(buf.data(), B, H, n, d);
+    for (index_t b = 0; b < B; ++b)
+      for (index_t h = 0; h < H; ++h)
+        for (index_t s = 0; s < n; ++s)
+          for (index_t j = 0; j < d; ++j) v.head(b, h)(s, j) = src((b * H + h) * n + s, j);
+  };
+  const auto gather = [&](const std::vector<T>& buf, const layout& l, index_t n) {
+    lrpe::row_matrix<T> out(B * H * n, f);
+    const auto v = l.view(const_cast<T*>(buf.data()), B, H, n, f);
+    for (index_t b = 0; b < B; ++b)
+      for (index_t h = 0; h < H; ++h)
+        for (index_t s = 0; s < n; ++s)
+          for (index_t j = 0; j < f; ++j) out((b * H + h) * n + s, j) = v.head(b, h)(s, j);
+    return out;
+  };
+  lrpe::row_matrix<T> base_q, base_k;
+  for (std::size_t li = 0; li < 4; ++li) {
+    const layout lq = qk_layouts(0, B, H, nq, d)[li], lk = qk_layouts(1, B, H, nk, d)[li];
+    const layout oq = qk_layouts(0, B, H, nq, f)[li], ok = qk_layouts(1, B, H, nk, f)[li];
+    // Packed QKV: Q and K share one buffer (K's heads continue Q's when nq = nk).
+    const bool packed = li == 2;
+    std::vector<T> in_q(static_cast<std::size_t>(lq.size(B, H, nq, d)), T(0));
+    std::vector<T> in_k(static_cast<std::size_t>(lk.size(B, H, nk, d)), T(0));
+    std::vector<T> out_q(static_cast<std::size_t>(oq.size(B, H, nq, f)), T(0));
+    std::vector<T> out_k(static_cast<std::size_t>(ok.size(B, H, nk, f)), T(0));
+    if (packed && nq == nk) {
+      in_q.resize(std::max(in_q.size(), in_k.size()));
+      out_q.resize(std::max(out_q.size(), out_k.size()));
+    }
+    std::vector<T>& kin = packed && nq == nk ? in_q : in_k;
+    std::vector<T>& kout = packed && nq == nk ? out_q : out_k;
+    scatter(q, lq, nq, in_q);
+    scatter(k, lk, nk, kin);
+    for (std::size_t threshold : {lrpe::simd_encoder<E, Arch>::default_stream_threshold, std::size_t{0}}) {
+      lrpe::simd_encoder<E, Arch> se(e);
+      se.set_stream_threshold(threshold);
+      se.encode_qk(lq.view(static_cast<const T*>(in_q.data()), B, H, nq, d), qp,
+                   lk.view(static_cast<const T*>(kin.data()), B, H, nk, d), kp, oq.view(out_q.data(), B, H, nq, f),
+                   ok.view(kout.data(), B, H, nk, f));
+      const auto got_q = gather(out_q, oq, nq), got_k = gather(kout, ok, nk);
+      INFO(lq.name << (threshold == 0 ? ", streamed" : ", cached"));
+      if (base_q.size() == 0) {
+        base_q = got_q;
+        base_k = got_k;
+        lrpe::row_matrix<T> qr(B * H * nq, f), kr(B * H * nk, f);
+        lrpe::encode_qk(lrpe::backend::reference{}, e, lrpe::bnsh(q.data(), B, H, nq, d), qp,
+                        lrpe::bnsh(k.data(), B, H, nk, d), kp, lrpe::bnsh(qr.data(), B, H, nq, f),
+                        lrpe::bnsh(kr.data(), B, H, nk, f));
+        CHECK(ref::max_abs_diff(base_q, qr) <= tol<T>(d));
+        CHECK(ref::max_abs_diff(base_k, kr) <= tol<T>(d));
+      } else {
+        CHECK((got_q.array() == base_q.array()).all());
+        CHECK((got_k.array() == base_k.array()).all());
+      }
+    }
+  }
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("simd encode_qk: heads interleaved by rows (BSNH, packed QKV, gaps) give BNSH's bits", E,
+                   LRPE_PRESETS(float), LRPE_PRESETS(double)) {
+  for (index_t d : {64, 13}) {
+    INFO("d = " << d);
+    const E e = make<E>(d);
+    // 2 × 5 heads; 261 rows: two position blocks, shared positions (Q and K heads in one run
+    // for the packed layout) and separate ones.
+    check_layouts_bits<xsimd::default_arch>(e, 2, 5, 261, 261, 3, 3, 21);
+    check_layouts_bits<xsimd::default_arch>(e, 1, 3, 17, 40, 23, 0, 22);
+  }
+}
+
+TEST_CASE_TEMPLATE("simd encode_qk: P alone, complex phase and a scratch-block chain, interleaved heads", T, float,
+                   double) {
+  for (index_t d : {64, 13}) {
+    INFO("d = " << d);
+    using A = xsimd::default_arch;
+    check_layouts_bits<A>(lrpe::encoder(lrpe::p::permutation<T>::seeded(d, 5), lrpe::lambda::identity<T>(d)), 2, 5,
+                          261, 261, 0, 0, 31);
+    check_layouts_bits<A>(lrpe::encoder(lrpe::p::householder<T>::seeded(d, 5), lrpe::lambda::identity<T>(d)), 2, 5,
+                          261, 261, 0, 0, 32);
+    check_layouts_bits<A>(lrpe::encoder(lrpe::p::identity<T>(d), lrpe::lambda::complex_phase<T>(d)), 2, 5, 261, 261,
+                          -4, -4, 33);
+    check_layouts_bits<A>(lrpe::encoder(lrpe::p::dct<T>(d), lrpe::lambda::rotation<T>(d)), 2, 5, 40, 40, 7, 7, 34);
+  }
+  for (index_t d : {32, 128, 256}) {  // Type 8: the FFT across rows and per row
+    INFO("d = " << d);
+    check_layouts_bits<xsimd::default_arch>(lrpe::type8<T>(d), 2, 5, 40, 40, 1, 1, 35);
+  }
+}
+
 #if defined(__AVX2__) && defined(__FMA__)
 namespace {
 /// Q and K of H heads by `simd_encoder<E, Arch>` against the reference backend, BNSH or BSNH,
@@ -382,6 +510,14 @@ void check_avx_kernels() {
   for (index_t d : {8, 16, 32, 64, 128, 40}) {  // Type 1: the unrolled rotation at d = 8K, K ∈ {1, 2, 4, 8, 16}
     INFO("d = " << d);
     CHECK(one_vs_reference<Arch>(lrpe::type1<T>(d), 45, 3, 15) <= tol<T>(d));
+  }
+  for (index_t d : {64, 40}) {  // a position at a time across interleaved heads (BSNH, packed QKV)
+    INFO("d = " << d);
+    check_layouts_bits<Arch>(lrpe::type1<T>(d), 2, 5, 261, 261, 3, 3, 41);
+    check_layouts_bits<Arch>(lrpe::rope_neox<T>(d), 2, 5, 40, 40, 0, 0, 42);
+    check_layouts_bits<Arch>(lrpe::type5<T>(d), 2, 5, 40, 40, 9, 9, 43);
+    check_layouts_bits<Arch>(lrpe::encoder(lrpe::p::permutation<T>::seeded(d, 17), lrpe::lambda::identity<T>(d)), 2,
+                             5, 40, 40, 0, 0, 44);
   }
   for (index_t d : {64, 40, 61}) {  // P alone by tiles of consecutive rows, cached and streamed
     INFO("d = " << d);
