@@ -102,19 +102,22 @@ struct qk_data {
 
 /// [batch, heads, seq, dim] (PyTorch's attention layout) or [batch, seq, heads, dim] (a QKV
 /// projection's output, llama.cpp's and HF's layout before the transpose).
-enum class layout { bnsh, bsnh };
+/// `bsnh_to_bnsh`: inputs BSNH, outputs BNSH (a transposed view of a QKV buffer encoded into
+/// new tensors).
+enum class layout { bnsh, bsnh, bsnh_to_bnsh };
 
 template <class E, class Backend>
 void encode_qk_bench(benchmark::State& state, const E& enc, Backend, layout lay = layout::bnsh) {
   const auto n = static_cast<lrpe::index_t>(state.range(0));
   qk_data m(n, enc.feature_dim(), enc.dim());
-  const auto hv = [&](auto* data, lrpe::index_t w) {
-    return lay == layout::bnsh ? lrpe::bnsh(data, 1, heads, n, w) : lrpe::bsnh(data, 1, n, heads, w);
+  const auto hv = [&](auto* data, lrpe::index_t w, bool out) {
+    return lay == layout::bnsh || (out && lay == layout::bsnh_to_bnsh) ? lrpe::bnsh(data, 1, heads, n, w)
+                                                                       : lrpe::bsnh(data, 1, n, heads, w);
   };
-  const auto qv = hv(static_cast<const float*>(m.q.data()), enc.dim());
-  const auto kv = hv(static_cast<const float*>(m.k.data()), enc.dim());
-  const auto qo = hv(m.qo.data(), enc.feature_dim());
-  const auto ko = hv(m.ko.data(), enc.feature_dim());
+  const auto qv = hv(static_cast<const float*>(m.q.data()), enc.dim(), false);
+  const auto kv = hv(static_cast<const float*>(m.k.data()), enc.dim(), false);
+  const auto qo = hv(m.qo.data(), enc.feature_dim(), true);
+  const auto ko = hv(m.ko.data(), enc.feature_dim(), true);
   if constexpr (std::is_same_v<Backend, lrpe::backend::reference>) {
     timed(state, m.bytes(), anchor_for(n), [&] {
       lrpe::encode_qk(lrpe::backend::reference{}, enc, qv, 0, kv, 0, qo, ko);
@@ -171,6 +174,12 @@ void lrpe_cosine_bsnh(benchmark::State& s) {
                   layout::bsnh);
 }
 void dft_phase_type8_bsnh(benchmark::State& s) { encode_qk_bench(s, lrpe::type8<float>(dim), simd{}, layout::bsnh); }
+void rope_interleaved_bsnh_to_bnsh(benchmark::State& s) {
+  encode_qk_bench(s, lrpe::rope_gptj<float>(dim), simd{}, layout::bsnh_to_bnsh);
+}
+void permutation_power_bsnh_to_bnsh(benchmark::State& s) {
+  encode_qk_bench(s, lrpe::permuteformer<float>(dim), simd{}, layout::bsnh_to_bnsh);
+}
 void reference_rope_interleaved_bsnh(benchmark::State& s) {
   encode_qk_bench(s, lrpe::rope_gptj<float>(dim), reference{}, layout::bsnh);
 }
@@ -211,6 +220,8 @@ LRPE_QK(permutation_power_bsnh);
 LRPE_QK(fused_householder_rotation_type1_bsnh);
 LRPE_QK(lrpe_cosine_bsnh);
 LRPE_QK(dft_phase_type8_bsnh);
+LRPE_QK(rope_interleaved_bsnh_to_bnsh);
+LRPE_QK(permutation_power_bsnh_to_bnsh);
 LRPE_QK(reference_rope_interleaved_bsnh);
 #define LRPE_QK_WIDE(f) BENCHMARK(f)->Arg(2048)->Arg(512)->UseManualTime()->Unit(benchmark::kMicrosecond)
 LRPE_QK_WIDE(dft_phase_type8_d128);

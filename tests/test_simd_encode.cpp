@@ -20,6 +20,7 @@
 #include <limits>
 #include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 // ---------------------------------------------------------------- allocation counter
@@ -343,10 +344,11 @@ std::vector<layout> qk_layouts(index_t side, index_t B, index_t H, index_t n, in
           {"BSNH with gaps", 1, n * (H * (w + 1) + 3), w + 1, H * (w + 1) + 3}};
 }
 
-/// Q and K of B×H heads in every layout of `qk_layouts`, cached and streamed (threshold 0),
-/// by `simd_encoder<E, Arch>`: the same bits as BNSH cached, which is within the stated
-/// tolerance of the reference backend. Interleaved heads (every layout but BNSH) run a
-/// position at a time across heads; the rows' values must not depend on that.
+/// Q and K of B×H heads from and into the layouts of `qk_layouts` (each into itself, and
+/// mixed), cached and streamed (threshold 0), by `simd_encoder<E, Arch>`: the same bits as
+/// BNSH cached, which is within the stated tolerance of the reference backend. Interleaved
+/// input heads (every layout but BNSH) run a position at a time across heads; the rows' values
+/// must not depend on that.
 template <class Arch, class E>
 void check_layouts_bits(const E& e, index_t B, index_t H, index_t nq, index_t nk, lrpe::positions qp,
                         lrpe::positions kp, std::uint64_t seed) {
@@ -371,21 +373,22 @@ void check_layouts_bits(const E& e, index_t B, index_t H, index_t nq, index_t nk
     return out;
   };
   lrpe::row_matrix<T> base_q, base_k;
-  for (std::size_t li = 0; li < 4; ++li) {
+  // (input layout, output layout): each layout into itself, and the mixes of a framework's
+  // transposed views (BSNH memory in, BNSH out, and the other way round).
+  constexpr std::pair<std::size_t, std::size_t> pairs[] = {{0, 0}, {1, 1}, {2, 2}, {3, 3}, {1, 0}, {2, 0}, {0, 1}};
+  for (const auto& [li, lo] : pairs) {
     const layout lq = qk_layouts(0, B, H, nq, d)[li], lk = qk_layouts(1, B, H, nk, d)[li];
-    const layout oq = qk_layouts(0, B, H, nq, f)[li], ok = qk_layouts(1, B, H, nk, f)[li];
+    const layout oq = qk_layouts(0, B, H, nq, f)[lo], ok = qk_layouts(1, B, H, nk, f)[lo];
     // Packed QKV: Q and K share one buffer (K's heads continue Q's when nq = nk).
-    const bool packed = li == 2;
+    const bool packed_in = li == 2 && nq == nk, packed_out = lo == 2 && nq == nk;
     std::vector<T> in_q(static_cast<std::size_t>(lq.size(B, H, nq, d)), T(0));
     std::vector<T> in_k(static_cast<std::size_t>(lk.size(B, H, nk, d)), T(0));
     std::vector<T> out_q(static_cast<std::size_t>(oq.size(B, H, nq, f)), T(0));
     std::vector<T> out_k(static_cast<std::size_t>(ok.size(B, H, nk, f)), T(0));
-    if (packed && nq == nk) {
-      in_q.resize(std::max(in_q.size(), in_k.size()));
-      out_q.resize(std::max(out_q.size(), out_k.size()));
-    }
-    std::vector<T>& kin = packed && nq == nk ? in_q : in_k;
-    std::vector<T>& kout = packed && nq == nk ? out_q : out_k;
+    if (packed_in) in_q.resize(std::max(in_q.size(), in_k.size()));
+    if (packed_out) out_q.resize(std::max(out_q.size(), out_k.size()));
+    std::vector<T>& kin = packed_in ? in_q : in_k;
+    std::vector<T>& kout = packed_out ? out_q : out_k;
     scatter(q, lq, nq, in_q);
     scatter(k, lk, nk, kin);
     for (std::size_t threshold : {lrpe::simd_encoder<E, Arch>::default_stream_threshold, std::size_t{0}}) {
@@ -395,7 +398,7 @@ void check_layouts_bits(const E& e, index_t B, index_t H, index_t nq, index_t nk
                    lk.view(static_cast<const T*>(kin.data()), B, H, nk, d), kp, oq.view(out_q.data(), B, H, nq, f),
                    ok.view(kout.data(), B, H, nk, f));
       const auto got_q = gather(out_q, oq, nq), got_k = gather(kout, ok, nk);
-      INFO(lq.name << (threshold == 0 ? ", streamed" : ", cached"));
+      INFO(lq.name << " into " << oq.name << (threshold == 0 ? ", streamed" : ", cached"));
       if (base_q.size() == 0) {
         base_q = got_q;
         base_k = got_k;
@@ -516,6 +519,8 @@ void check_avx_kernels() {
     check_layouts_bits<Arch>(lrpe::type1<T>(d), 2, 5, 261, 261, 3, 3, 41);
     check_layouts_bits<Arch>(lrpe::rope_neox<T>(d), 2, 5, 40, 40, 0, 0, 42);
     check_layouts_bits<Arch>(lrpe::type5<T>(d), 2, 5, 40, 40, 9, 9, 43);
+    check_layouts_bits<Arch>(lrpe::permuteformer<T>(d), 2, 8, 40, 40, 2, 2, 45);  // tiles across the heads
+    check_layouts_bits<Arch>(lrpe::type4<T>(d), 1, 9, 40, 40, 0, 0, 46);
     check_layouts_bits<Arch>(lrpe::encoder(lrpe::p::permutation<T>::seeded(d, 17), lrpe::lambda::identity<T>(d)), 2,
                              5, 40, 40, 0, 0, 44);
   }
