@@ -333,11 +333,10 @@ struct layout {
   }
 };
 
-/// Layouts of Q (side 0) or K (side 1), n rows, width w, B batch entries, H heads: BNSH, BSNH,
+/// Layouts of Q (side 0) or K (side 1), n rows, width w, H heads: BNSH, BSNH,
 /// a packed QKV projection ([B, n, 3, H, w]: K's heads continue Q's), and BSNH with gaps
 /// between heads and positions (misaligned rows: no non-temporal stores).
-std::vector<layout> qk_layouts(index_t side, index_t B, index_t H, index_t n, index_t w) {
-  (void)B;
+std::vector<layout> qk_layouts(index_t side, index_t H, index_t n, index_t w) {
   return {{"BNSH", 0, H * n * w, n * w, w},
           {"BSNH", 0, n * H * w, w, H * w},
           {"packed QKV", side * H * w, n * 3 * H * w, w, 3 * H * w},
@@ -377,8 +376,8 @@ void check_layouts_bits(const E& e, index_t B, index_t H, index_t nq, index_t nk
   // transposed views (BSNH memory in, BNSH out, and the other way round).
   constexpr std::pair<std::size_t, std::size_t> pairs[] = {{0, 0}, {1, 1}, {2, 2}, {3, 3}, {1, 0}, {2, 0}, {0, 1}};
   for (const auto& [li, lo] : pairs) {
-    const layout lq = qk_layouts(0, B, H, nq, d)[li], lk = qk_layouts(1, B, H, nk, d)[li];
-    const layout oq = qk_layouts(0, B, H, nq, f)[lo], ok = qk_layouts(1, B, H, nk, f)[lo];
+    const layout lq = qk_layouts(0, H, nq, d)[li], lk = qk_layouts(1, H, nk, d)[li];
+    const layout oq = qk_layouts(0, H, nq, f)[lo], ok = qk_layouts(1, H, nk, f)[lo];
     // Packed QKV: Q and K share one buffer (K's heads continue Q's when nq = nk).
     const bool packed_in = li == 2 && nq == nk, packed_out = lo == 2 && nq == nk;
     std::vector<T> in_q(static_cast<std::size_t>(lq.size(B, H, nq, d)), T(0));
@@ -426,6 +425,7 @@ TEST_CASE_TEMPLATE("simd encode_qk: heads interleaved by rows (BSNH, packed QKV,
     // for the packed layout) and separate ones.
     check_layouts_bits<xsimd::default_arch>(e, 2, 5, 261, 261, 3, 3, 21);
     check_layouts_bits<xsimd::default_arch>(e, 1, 3, 17, 40, 23, 0, 22);
+    check_layouts_bits<xsimd::default_arch>(e, 1, 4, 70, 70, 5, 5, 23);  // packed: Q's and K's heads one run of 8
   }
 }
 

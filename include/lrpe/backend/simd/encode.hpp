@@ -22,12 +22,13 @@
  * Sharing: the per-position table (cos/sin of s·θ_k, or the indices of π^s) is filled once
  * for a block of up to 256 positions and reused by every head and batch entry, and by K when K
  * has the same positions as Q. For float and consecutive positions the table costs one sincos
- * per 64 positions (`cos_sin_rows::fill_run`). Heads interleaved by rows (BSNH, a packed QKV
- * buffer) run a position at a time, as one contiguous stream (`by_layout`). Outputs of 16 MiB or more are written with
- * non-temporal stores (`set_stream_threshold`). Memory: no heap allocation per call except the
- * kernels' small parameter copies (a permutation's d indices; the d² matrix of a DCT/dense P);
- * the table (≤ 128 KiB) and a fused chain's scratch rows live in the calling thread's grow-only
- * `simd_workspace`. Hold a `simd_encoder` to make repeated calls allocation-free.
+ * per 64 positions (`cos_sin_rows::fill_run`). Heads whose inputs are interleaved by rows
+ * (BSNH, a packed QKV buffer) run a position at a time, as one contiguous read (`by_layout`).
+ * Outputs of 16 MiB or more are written with non-temporal stores (`set_stream_threshold`).
+ * Memory: no heap allocation per call except the kernels' small parameter copies (a
+ * permutation's d indices; the d² matrix of a DCT/dense P); the table (≤ 128 KiB) and a fused
+ * chain's scratch rows live in the calling thread's grow-only `simd_workspace`. Hold a
+ * `simd_encoder` to make repeated calls allocation-free.
  */
 #pragma once
 
@@ -454,7 +455,7 @@ class simd_encoder {
     return hi - lo <= tile_span_bytes;
   }
 
-  /// A run of jobs whose matrices are interleaved by rows (`interleaved_run`): `count` jobs,
+  /// A run of jobs whose inputs are interleaved by rows (`interleaved_run`): `count` jobs,
   /// job i's input and output i·hx and i·hy elements after job 0's.
   struct interleaved {
     index_t count, hx, hy;
@@ -470,7 +471,7 @@ class simd_encoder {
   static interleaved interleaved_run(const backend::simd_detail::job<scalar>* jobs, index_t count) noexcept {
     if (count < 2) return {count, 0, 0};
     const auto& a = jobs[0];
-    const auto offset = [](const void* p, const void* base) {  // elements from base to p
+    const auto offset = [](const void* p, const void* base) {  // bytes from base to p
       return static_cast<std::intptr_t>(reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(base));
     };
     const std::intptr_t bx = offset(jobs[1].x.data, a.x.data), by = offset(jobs[1].out.data, a.out.data);
