@@ -1232,7 +1232,8 @@ struct l_kernel<Arch, lambda::permutation_power<T>> {
    * row r (x[i] + r·xs[i] → y[i] + r·ys[i]) takes table row r, so the w rows of one position
    * share a permutation and are permuted together. With a Householder `map`, Λ(P x). Requires
    * `tiles_ok()`. Inputs are prefetched `tile_prefetch_rows` positions ahead. Stream: the
-   * driver streams through here only when the w matrices' rows lie close (encode.hpp).
+   * driver streams through here only when the w matrices' input rows lie close (encode.hpp,
+   * `inputs_close`).
    */
   template <bool Stream = false, class Map = identity_map<Arch, T>>
   void apply_tiles(const entry* table, index_t tw, const T* const* x, const index_t* xs, T* const* y,
