@@ -3,12 +3,13 @@
  * Softmax attention for `backend::simd<Arch>` / `simd_policy<Arch>`: a tiled, flash-style
  * kernel with an online softmax (the reference kernel's recurrence, backend/reference/softmax.hpp).
  *
- * Per call: K is packed by key tiles of BK = 4·W keys (W = vector width), feature-major inside
- * a tile so that keys are the SIMD dimension; V is copied with its rows padded to W. Per query
+ * Per call: K is packed by key tiles of BK = U·W keys (W = vector width; U = 4 with 32 vector
+ * registers, 8 with 16: 64 float keys either way), feature-major inside a tile so that keys are
+ * the SIMD dimension; V is copied with its rows padded to W. Per query
  * tile of BQ rows (pre-scaled by scale·log₂e, so the exponent is a bare exp2):
  *
  *     S   = Q̂ Kᵀ             register-blocked micro-kernel of R = 6 rows × 4W keys with 32
- *                            vector registers, two 6×2W calls with 16; d-loop of broadcast·FMA
+ *                            vector registers, 6×2W with 16 (four calls per tile); d-loop of broadcast·FMA
  *     S  += log₂e·bias        additive encodings (ALiBi, T5, tables): one bias(s, t) call per
  *                            diagonal t − s of the tile when positions are offsets (the bias
  *                            contract: a function of t − s), else one per entry
@@ -58,13 +59,19 @@ inline constexpr bool wide_register_file = std::is_base_of_v<xsimd::avx512f, A>;
 template <class T, class A>
 struct softmax_tiling {
   static constexpr index_t W = static_cast<index_t>(xsimd::batch<T, A>::size);  ///< lanes
-  static constexpr index_t U = 4;                                             ///< key vectors per tile
+  /// Key vectors per tile. 16 registers: 8, so that a tile has 64 float keys as with AVX-512 and
+  /// the per-tile costs (α·O in every P·V call, the softmax step's reductions) are spread over
+  /// twice the keys of 4 vectors: AVX2 host, two alternating A/B pairs, n = 2048 / 4096, one
+  /// thread: non-causal 110 / 435–436 → 106–107 / 424–426 ms, causal 56.5–57.4 / 221–223 →
+  /// 55.1–55.2 / 215–217 ms. (4 rows × 3 vectors instead of 6 × 2 ran 33 % slower; 72 query
+  /// rows per tile instead of 48, the same.)
+  static constexpr index_t U = wide_register_file<A> ? 4 : 8;
   static constexpr index_t BK = U * W;                                        ///< keys per tile
   static constexpr index_t R = 6;                                             ///< rows per micro-kernel
   static constexpr index_t BQ = R * 8;                                        ///< query rows per tile
   /// Vectors per row of one micro-kernel call: R·UM accumulators, UM operand vectors and a
-  /// broadcast in registers (27 of 32 with AVX-512, 15 of 16 with AVX2 or SSE); a tile's 4
-  /// vectors then take 4 / UM calls.
+  /// broadcast in registers (27 of 32 with AVX-512, 15 of 16 with AVX2 or SSE); a tile's U
+  /// vectors then take U / UM calls.
   static constexpr index_t UM = wide_register_file<A> ? 4 : 2;
 };
 
@@ -158,21 +165,16 @@ inline void qk_micro(const T* q, index_t qs, const T* kp, index_t d, T* s, index
 template <index_t R, class T, class A>
 inline void qk_micro_prefix(index_t keys, const T* q, index_t qs, const T* kp, index_t d, T* s, index_t ss) noexcept {
   using tl = softmax_tiling<T, A>;
-  constexpr index_t W = tl::W;
-  static_assert(tl::U == 4 && (tl::UM == 4 || tl::UM == 2));
+  constexpr index_t W = tl::W, UM = tl::UM;
+  static_assert(tl::U % UM == 0 && (UM == 4 || UM == 2));
   const index_t vectors = (keys + W - 1) / W;
-  if constexpr (tl::UM == 4) {
-    switch (vectors) {
-      case 1: qk_micro<R, T, A, 1>(q, qs, kp, d, s, ss); break;
-      case 2: qk_micro<R, T, A, 2>(q, qs, kp, d, s, ss); break;
-      case 3: qk_micro<R, T, A, 3>(q, qs, kp, d, s, ss); break;
-      default: qk_micro<R, T, A, 4>(q, qs, kp, d, s, ss); break;
-    }
-  } else {
-    if (vectors == 1) qk_micro<R, T, A, 1>(q, qs, kp, d, s, ss);
-    else qk_micro<R, T, A, 2>(q, qs, kp, d, s, ss);
-    if (vectors == 3) qk_micro<R, T, A, 1>(q, qs, kp + 2 * W, d, s + 2 * W, ss);
-    else if (vectors >= 4) qk_micro<R, T, A, 2>(q, qs, kp + 2 * W, d, s + 2 * W, ss);
+  index_t v = 0;
+  for (; v + UM <= vectors; v += UM) qk_micro<R, T, A, UM>(q, qs, kp + v * W, d, s + v * W, ss);
+  switch (vectors - v) {
+    case 3: qk_micro<R, T, A, 3>(q, qs, kp + v * W, d, s + v * W, ss); break;
+    case 2: qk_micro<R, T, A, 2>(q, qs, kp + v * W, d, s + v * W, ss); break;
+    case 1: qk_micro<R, T, A, 1>(q, qs, kp + v * W, d, s + v * W, ss); break;
+    default: break;
   }
 }
 
