@@ -143,6 +143,9 @@ inline void qk_micro(const T* q, index_t qs, const T* kp, index_t d, T* s, index
   for (index_t r = 0; r < R; ++r)
     LRPE_UNROLL
     for (index_t u = 0; u < U; ++u) acc[r][u] = B(T(0));
+  // the d loop unrolled by 4, as the key loop of pv_micro (measured there); softmax unchanged,
+  // linear attention 5-10 % faster
+#pragma GCC unroll 4
   for (index_t c = 0; c < d; ++c) {
     B k[U];
     LRPE_UNROLL
@@ -195,6 +198,9 @@ inline void pv_micro(const T* p, index_t prs, index_t pcs, const T* alpha, const
     LRPE_UNROLL
     for (index_t u = 0; u < VU; ++u) acc[r][u] = a * B::load_aligned(o + r * os + u * W);
   }
+  // unrolled by 4: AVX2 host, two alternating A/B pairs, 1 thread, non-causal linear attention
+  // n = 512 0.855-0.866 -> 0.813 ms, n = 8192 16.0-16.6 -> 14.4-14.6 ms; softmax unchanged
+#pragma GCC unroll 4
   for (index_t j = 0; j < nk; ++j) {
     B vb[VU];
     LRPE_UNROLL
