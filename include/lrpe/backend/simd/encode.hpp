@@ -455,6 +455,16 @@ class simd_encoder {
     return hi - lo <= tile_span_bytes;
   }
 
+  /// The first output rows of `count` jobs lie within `tile_span_bytes` of each other.
+  static bool outputs_close(const backend::simd_detail::job<scalar>* jobs, index_t count) noexcept {
+    std::uintptr_t lo = reinterpret_cast<std::uintptr_t>(jobs[0].out.data), hi = lo;
+    for (index_t i = 1; i < count; ++i) {
+      lo = std::min(lo, reinterpret_cast<std::uintptr_t>(jobs[i].out.data));
+      hi = std::max(hi, reinterpret_cast<std::uintptr_t>(jobs[i].out.data));
+    }
+    return hi - lo <= tile_span_bytes;
+  }
+
   /// Positions per block of `by_layout` when a run's inputs are interleaved and its outputs far
   /// apart (streamed calls). AVX2 host, RoPE Q+K, 8 heads, d = 64, n = 8192, BSNH in and BNSH
   /// out, two alternating runs: a position at a time 5.84–5.91 ms, blocks of 8 / 16 / 32
@@ -565,6 +575,39 @@ class simd_encoder {
     else lk_->template apply_tiles<Stream>(table, tw, x, xs, y, ys, m, *pk_);
   }
 
+  /// `run_tiles` for w jobs whose outputs lie far apart (BSNH in, BNSH out), streamed:
+  /// `far_output_rows` positions at a time, the tiles into `stage` (w × far_output_rows rows,
+  /// job-major), then each job's rows written out as one contiguous run with non-temporal
+  /// stores, instead of one row into each of w streams per position.
+  template <class Entry>
+  void run_tiles_staged(const backend::simd_detail::job<scalar>* jobs, index_t r0, index_t m, const Entry* table,
+                        index_t tw, scalar* stage) const {
+    using B = xsimd::batch<scalar, Arch>;
+    constexpr index_t w = static_cast<index_t>(B::size), rows_max = far_output_rows;
+    const index_t f = jobs[0].out.cols;
+    const scalar* x[w];
+    scalar* y[w];
+    index_t xs[w], ys[w];
+    for (index_t r = r0; r < r0 + m; r += rows_max) {
+      const index_t cnt = std::min(rows_max, r0 + m - r);
+      for (index_t i = 0; i < w; ++i) {
+        x[i] = jobs[i].x.row(r);
+        xs[i] = jobs[i].x.row_stride;
+        y[i] = stage + i * rows_max * f;
+        ys[i] = f;
+      }
+      const Entry* t = table + (r - r0) * tw;
+      if constexpr (pk_type::is_identity || composes_p) lk_->template apply_tiles<false>(t, tw, x, xs, y, ys, cnt);
+      else lk_->template apply_tiles<false>(t, tw, x, xs, y, ys, cnt, *pk_);
+      for (index_t i = 0; i < w; ++i)
+        for (index_t p = 0; p < cnt; ++p) {
+          const scalar* src = y[i] + p * f;
+          scalar* dst = jobs[i].out.row(r + p);
+          for (index_t c = 0; c < f; c += w) backend::simd_detail::store<true>(B::load_unaligned(src + c), dst + c);
+        }
+    }
+  }
+
   /// Table rows [0, m) (tw apart) ← P's indices ∘ row, where `composes_p`.
   template <class Entry>
   void compose_block(Entry* table, index_t tw, index_t m) const noexcept {
@@ -590,7 +633,11 @@ class simd_encoder {
     // The table lives in the calling thread's grow-only workspace: no allocation once warm.
     auto& ws = backend::simd_workspace::this_thread();
     entry* table = ws.get<entry>(backend::simd_workspace::encode_table, std::max<index_t>(1, block * tw));
-    scalar* scratch = ws.get<scalar>(backend::simd_workspace::encode_rows, fused_rows * enc_->dim());
+    constexpr index_t w = static_cast<index_t>(xsimd::batch<scalar, Arch>::size);
+    const index_t stage_size = tiles_across_jobs ? w * far_output_rows * enc_->feature_dim() : 0;
+    // P's sub-block rows, or the staged rows of `run_tiles_staged` (never both at once)
+    scalar* scratch =
+        ws.get<scalar>(backend::simd_workspace::encode_rows, std::max(fused_rows * enc_->dim(), stage_size));
     detail::small_buffer<double> c(lk.angle_count()), s(lk.angle_count());
     // Outputs larger than the threshold bypass the cache (no read-for-ownership of each line).
     const bool stream = out_bytes(count, rows) >= static_cast<double>(stream_threshold_);
@@ -617,7 +664,6 @@ class simd_encoder {
       }
       index_t j = 0;
       if constexpr (tiles_across_jobs) {
-        constexpr index_t w = static_cast<index_t>(xsimd::batch<scalar, Arch>::size);
         for (; j + w <= count; j += w) {
           if (stream && !inputs_close(jobs + j, w)) {  // streamed from DRAM, far apart: a matrix at a time
             for (index_t i = 0; i < w; ++i) one_job(jobs[j + i]);
@@ -626,6 +672,10 @@ class simd_encoder {
           bool all = stream;
           for (index_t i = 0; i < w && all; ++i) all = can_stream(jobs[j + i], lk);
           streamed = streamed || all;
+          if (all && !outputs_close(jobs + j, w)) {
+            run_tiles_staged(jobs + j, r0, m, table, tw, scratch);
+            continue;
+          }
           if (all) run_tiles<true>(jobs + j, r0, m, table, tw);
           else run_tiles<false>(jobs + j, r0, m, table, tw);
         }
