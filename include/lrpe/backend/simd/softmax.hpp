@@ -252,19 +252,23 @@ struct softmax_shared {
   const T* vp;           ///< V: nk × dvp
   const position_t* kb;  ///< per key tile: min, max position
   index_t d, dv, dvp, nk, tiles;
-  bool prefetch;  ///< packed K and V past L2: each key tile prefetches the next (softmax_tile_prefetch_bytes)
+  bool prefetch;  ///< packed K and V past the L3 share: each key tile prefetches the next (softmax_tile_prefetch_bytes)
 };
 
 /**
  * From this many bytes of packed K and V on, a query tile prefetches the next key tile's K and V
  * into L2 while it computes S for the current one, one slice per row group. With K and V past
  * the last-level cache share (n = 16384 at d = 64: 8 MiB per head) the kernel otherwise waited
- * on them: AVX2 host, one head, non-causal, 0.51–0.59 of the FMA anchor against 0.72–0.79 at
- * n = 4096–8192; with the slices each of eight A/B pairs was faster, best times by 10–25 %,
- * medians by 8–18 % (a noisy host). Below it (K and V in L2) the few hundred prefetches per
- * tile hit and cost ~nothing.
+ * on them: AVX2 host with a busy neighbour, one head, non-causal, 0.51–0.59 of the FMA anchor
+ * against 0.72–0.79 at n = 4096–8192; with the slices each of eight A/B pairs was faster, best
+ * times by 10–25 %, medians by 8–18 %. On the same host without its neighbour, and with the key
+ * tiles of 64 keys, the slices cost time below that: 8 heads, two alternating A/B pairs of a
+ * 1 MiB and this threshold, n = 2048 / 4096 / 8192 (1–4 MiB per head) non-causal 110 / 437–438
+ * / 1725–1745 → 104 / 413–414 / 1645–1649 ms, causal 57 / 222–224 / 873–878 → 54 / 211 /
+ * 830–832 ms; at n = 16384 they still cost ~1 % there (6924–6930 ms without, 6990–7008 with),
+ * but that is where the busy host needed them.
  */
-inline constexpr std::size_t softmax_tile_prefetch_bytes = std::size_t(1) << 20;
+inline constexpr std::size_t softmax_tile_prefetch_bytes = std::size_t(1) << 23;
 
 /**
  * One query tile [i0, i0 + bq) of the online softmax on the scratch of workspace `ws`.
