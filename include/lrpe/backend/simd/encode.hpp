@@ -138,6 +138,8 @@ class simd_encoder {
       pk_.emplace(enc.p());
       if constexpr (std::is_constructible_v<lk_type, const lambda_type&, bool>) {
         lk_.emplace(enc.lambda(), tables == position_tables::stepped);
+        if constexpr (std::is_same_v<p_type, p::odd_even<scalar>> && std::is_same_v<lambda_type, lambda::rotation<scalar>>)
+          if (lk_->folds_odd_even(enc.dim())) lk_->natural_order();  // the fold reads C | S as vectors
       } else {
         lk_.emplace(enc.lambda());
       }

@@ -720,7 +720,18 @@ LRPE_ALWAYS_INLINE void interleave_avx2(const xsimd::batch<T, Arch>& a, const xs
 }
 #endif
 
-/// Rotation blocks in either pairing. Table row: C[half] | S[half] | w − 1 pad (both pairings).
+#if defined(__AVX2__)
+/// x, kept in a register: without the empty asm GCC folds the load of x into both the pair
+/// swap and the FMA that read it, two loads per vector where the load ports are the
+/// rotation's limit (AVX2 host: RoPE rows in L1 ~9 % faster with one).
+LRPE_ALWAYS_INLINE __m256 one_load(__m256 x) noexcept {
+  asm("" : "+x"(x));
+  return x;
+}
+#endif
+
+/// Rotation blocks in either pairing. Table row: C[half] | S[half] | w − 1 pad (both pairings;
+/// on AVX2 float, interleaved, C and S by blocks of 8 in lane order: `lane_ordered`).
 template <class Arch, class T>
 struct l_kernel<Arch, lambda::rotation<T>> {
   using b = xsimd::batch<T, Arch>;
@@ -734,10 +745,31 @@ struct l_kernel<Arch, lambda::rotation<T>> {
       : rows_(l.frequencies().data(), static_cast<index_t>(l.frequencies().size()), stepped),
         half_(static_cast<index_t>(l.frequencies().size())),
         d_(l.dim()),
-        interleaved_(l.pair_mode() == pairing::interleaved) {}
+        interleaved_(l.pair_mode() == pairing::interleaved),
+        lane_order_(lane_ordered && interleaved_) {}
+
+  /// AVX2 float (not AVX-512), interleaved pairing: each full block of 8 cos (and 8 sin)
+  /// entries of a table row is stored as (c0, c1, c4, c5, c2, c3, c6, c7), so that one load
+  /// and an in-lane `unpacklo`/`unpackhi` with itself give the duplicated c of two
+  /// consecutive vectors of x — (c0, c0, …, c3, c3) and (c4, c4, …, c7, c7) — where the
+  /// natural order took a 128-bit broadcast load and a `vpermilps` per vector.
+#if defined(__AVX2__) && defined(__FMA__)
+  static constexpr bool lane_ordered = std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx2, Arch> &&
+                                       !std::is_base_of_v<xsimd::avx512f, Arch>;
+#else
+  static constexpr bool lane_ordered = false;
+#endif
+  /// Keeps table rows in natural order (a caller that reads C | S as contiguous vectors: the
+  /// odd-even fold of Types 5/6).
+  void natural_order() noexcept { lane_order_ = false; }
 
   /// The interleaved apply loads w table entries from C + i/2 and S + i/2 (using w/2): pad.
-  [[nodiscard]] index_t table_width() const noexcept { return 2 * half_ + w - 1; }
+  /// Lane-ordered rows are padded to whole 64-byte lines, so that their 32-byte blocks (table
+  /// rows 64-byte aligned, in the workspace) never split a line.
+  [[nodiscard]] index_t table_width() const noexcept {
+    const index_t tw = 2 * half_ + w - 1;
+    return lane_order_ ? (tw + 15) / 16 * 16 : tw;
+  }
   [[nodiscard]] index_t angle_count() const noexcept { return half_; }
   /// Every full-vector store of `apply` is aligned when y is (split-half: when half is a multiple of w).
   [[nodiscard]] bool stream_layout_ok() const noexcept { return interleaved_ || half_ % w == 0; }
@@ -818,16 +850,33 @@ struct l_kernel<Arch, lambda::rotation<T>> {
     // may_alias, so members read through a reference are reloaded after every store.
     const Map map = map_ref;
     const index_t half = half_;
+    const bool lane_order = lane_order_;
     const __m256i dup_idx = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
     for_each_mapped_row(map, x, xs, d_, m, [&](index_t r, const typename Map::row_state& st) LRPE_ALWAYS_INLINE_LAMBDA {
       const T* xr = x + r * xs;
       T* yr = y + r * ys;
       const T* c = table + r * tw;
       const T* s = c + half;
+      if constexpr (lane_ordered && K % 2 == 0) {
+        if (lane_order) {
+#pragma GCC unroll 8
+          for (int k = 0; k < K; k += 2) {
+            const index_t i = 8 * k;
+            __m256 c0, c1, s0, s1;
+            dup_pair_block(c + i / 2, c0, c1);
+            dup_pair_block(s + i / 2, s0, s1);
+            const __m256 x0 = one_load(map.map(st, i, b(_mm256_loadu_ps(xr + i))));
+            const __m256 x1 = one_load(map.map(st, i + 8, b(_mm256_loadu_ps(xr + i + 8))));
+            store<Stream>(b(_mm256_fmaddsub_ps(x0, c0, _mm256_mul_ps(_mm256_permute_ps(x0, 0xB1), s0))), yr + i);
+            store<Stream>(b(_mm256_fmaddsub_ps(x1, c1, _mm256_mul_ps(_mm256_permute_ps(x1, 0xB1), s1))), yr + i + 8);
+          }
+          return;
+        }
+      }
 #pragma GCC unroll 16
       for (int k = 0; k < K; ++k) {
         const index_t i = 8 * k;
-        const __m256 xv = map.map(st, i, b(_mm256_loadu_ps(xr + i)));
+        const __m256 xv = one_load(map.map(st, i, b(_mm256_loadu_ps(xr + i))));
         const __m256 xsw = _mm256_permute_ps(xv, 0xB1);
         const __m256 cv = _mm256_permutevar_ps(_mm256_broadcast_ps(reinterpret_cast<const __m128*>(c + i / 2)), dup_idx);
         const __m256 sv = _mm256_permutevar_ps(_mm256_broadcast_ps(reinterpret_cast<const __m128*>(s + i / 2)), dup_idx);
@@ -981,9 +1030,22 @@ struct l_kernel<Arch, lambda::rotation<T>> {
       // loaded as one 128-bit half broadcast to both lanes and duplicated by an in-lane
       // vpermilps, the pair swap is an in-lane immediate permute, and fmaddsub does the signs.
       if constexpr (std::is_same_v<T, float>) {
+        if constexpr (lane_ordered) {
+          if (lane_order_) {
+            for (; i + 16 <= e; i += 16) {
+              __m256 c0, c1, s0, s1;
+              dup_pair_block(c + i / 2, c0, c1);
+              dup_pair_block(s + i / 2, s0, s1);
+              const __m256 x0 = one_load(map.map(st, i, b(_mm256_loadu_ps(x + i))));
+              const __m256 x1 = one_load(map.map(st, i + 8, b(_mm256_loadu_ps(x + i + 8))));
+              store<Stream>(b(_mm256_fmaddsub_ps(x0, c0, _mm256_mul_ps(_mm256_permute_ps(x0, 0xB1), s0))), y + i);
+              store<Stream>(b(_mm256_fmaddsub_ps(x1, c1, _mm256_mul_ps(_mm256_permute_ps(x1, 0xB1), s1))), y + i + 8);
+            }
+          }
+        }
         const __m256i dup_idx = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
         for (; i + 8 <= e; i += 8) {
-          const __m256 xv = map.map(st, i, b(_mm256_loadu_ps(x + i)));
+          const __m256 xv = one_load(map.map(st, i, b(_mm256_loadu_ps(x + i))));
           const __m256 xs = _mm256_permute_ps(xv, 0xB1);
           const __m256 cv = _mm256_permutevar_ps(_mm256_broadcast_ps(reinterpret_cast<const __m128*>(c + i / 2)), dup_idx);
           const __m256 sv = _mm256_permutevar_ps(_mm256_broadcast_ps(reinterpret_cast<const __m128*>(s + i / 2)), dup_idx);
@@ -1049,10 +1111,30 @@ struct l_kernel<Arch, lambda::rotation<T>> {
  private:
   void pad(entry* row) const noexcept {
     for (index_t k = 2 * half_; k < table_width(); ++k) row[k] = T(0);
+#if defined(__AVX2__) && defined(__FMA__)
+    if constexpr (lane_ordered) {
+      if (lane_order_) {
+        // (c0, c1 | c2, c3 | c4, c5 | c6, c7) as four 64-bit units → units (0, 2, 1, 3)
+        for (T* part : {row, row + half_})
+          for (index_t k = 0; k + 8 <= half_; k += 8)
+            _mm256_storeu_pd(reinterpret_cast<double*>(part + k),
+                             _mm256_permute4x64_pd(_mm256_loadu_pd(reinterpret_cast<const double*>(part + k)), 0xD8));
+      }
+    }
+#endif
   }
+#if defined(__AVX2__)
+  /// The duplicated c (or s) of the two vectors of x that a lane-ordered block at p serves.
+  LRPE_ALWAYS_INLINE static void dup_pair_block(const T* p, __m256& lo, __m256& hi) noexcept {
+    const __m256 t = _mm256_loadu_ps(p);
+    lo = _mm256_unpacklo_ps(t, t);
+    hi = _mm256_unpackhi_ps(t, t);
+  }
+#endif
   cos_sin_rows<Arch, T> rows_;
   index_t half_, d_;
   bool interleaved_;
+  bool lane_order_;  ///< `lane_ordered` and interleaved, unless `natural_order()`
 };
 
 /// Complex phases after a real P ("LRPE cosine" when P = I): Re = x·cos, Im = x·sin.
