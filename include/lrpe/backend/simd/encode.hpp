@@ -578,16 +578,26 @@ class simd_encoder {
     else lk_->template apply_tiles<Stream>(table, tw, x, xs, y, ys, m, *pk_);
   }
 
-  /// `run_tiles` for w jobs whose outputs lie far apart (BSNH in, BNSH out), streamed:
-  /// `far_output_rows` positions at a time, the tiles into `stage` (w × far_output_rows rows,
-  /// job-major), then each job's rows written out as one contiguous run with non-temporal
-  /// stores, instead of one row into each of w streams per position.
-  template <class Entry>
+  /// Scalars of `run_tiles_staged`'s stage for outputs of f features: w jobs of
+  /// `far_output_rows` rows and one row of skew each.
+  static constexpr index_t stage_size(index_t f) noexcept {
+    return static_cast<index_t>(xsimd::batch<scalar, Arch>::size) * (far_output_rows + 1) * f;
+  }
+
+  /// `run_tiles` for w jobs whose outputs lie far apart: `far_output_rows` positions at a
+  /// time, the tiles into `stage` (w × far_output_rows rows, job-major), then each job's rows
+  /// written out as one contiguous run — with non-temporal stores (`Stream`: BSNH in, BNSH
+  /// out, past the cache), instead of one row into each of w streams per position; or
+  /// cached, for inputs far apart too (BNSH heads, a power of two apart: a position's input
+  /// rows of the w heads already fill the L1 sets they map to, and the output rows went to
+  /// the same sets). Each job's stage rows start one row further on (skew) than a multiple
+  /// of its run, so a position's w stage rows fall in different L1 sets.
+  template <bool Stream, class Entry>
   void run_tiles_staged(const backend::simd_detail::job<scalar>* jobs, index_t r0, index_t m, const Entry* table,
                         index_t tw, scalar* stage) const {
     using B = xsimd::batch<scalar, Arch>;
     constexpr index_t w = static_cast<index_t>(B::size), rows_max = far_output_rows;
-    const index_t f = jobs[0].out.cols;
+    const index_t f = jobs[0].out.cols, js = (rows_max + 1) * f;
     const scalar* x[w];
     scalar* y[w];
     index_t xs[w], ys[w];
@@ -596,7 +606,7 @@ class simd_encoder {
       for (index_t i = 0; i < w; ++i) {
         x[i] = jobs[i].x.row(r);
         xs[i] = jobs[i].x.row_stride;
-        y[i] = stage + i * rows_max * f;
+        y[i] = stage + i * js;
         ys[i] = f;
       }
       const Entry* t = table + (r - r0) * tw;
@@ -606,7 +616,7 @@ class simd_encoder {
         for (index_t p = 0; p < cnt; ++p) {
           const scalar* src = y[i] + p * f;
           scalar* dst = jobs[i].out.row(r + p);
-          for (index_t c = 0; c < f; c += w) backend::simd_detail::store<true>(B::load_unaligned(src + c), dst + c);
+          for (index_t c = 0; c < f; c += w) backend::simd_detail::store<Stream>(B::load_unaligned(src + c), dst + c);
         }
     }
   }
@@ -637,10 +647,9 @@ class simd_encoder {
     auto& ws = backend::simd_workspace::this_thread();
     entry* table = ws.get<entry>(backend::simd_workspace::encode_table, std::max<index_t>(1, block * tw));
     constexpr index_t w = static_cast<index_t>(xsimd::batch<scalar, Arch>::size);
-    const index_t stage_size = tiles_across_jobs ? w * far_output_rows * enc_->feature_dim() : 0;
+    const index_t staged = tiles_across_jobs ? stage_size(enc_->feature_dim()) : 0;
     // P's sub-block rows, or the staged rows of `run_tiles_staged` (never both at once)
-    scalar* scratch =
-        ws.get<scalar>(backend::simd_workspace::encode_rows, std::max(fused_rows * enc_->dim(), stage_size));
+    scalar* scratch = ws.get<scalar>(backend::simd_workspace::encode_rows, std::max(fused_rows * enc_->dim(), staged));
     detail::small_buffer<double> c(lk.angle_count()), s(lk.angle_count());
     // Outputs larger than the threshold bypass the cache (no read-for-ownership of each line).
     const bool stream = out_bytes(count, rows) >= static_cast<double>(stream_threshold_);
@@ -675,8 +684,13 @@ class simd_encoder {
           bool all = stream;
           for (index_t i = 0; i < w && all; ++i) all = can_stream(jobs[j + i], lk);
           streamed = streamed || all;
-          if (all && !outputs_close(jobs + j, w)) {
-            run_tiles_staged(jobs + j, r0, m, table, tw, scratch);
+          const bool far_out = !outputs_close(jobs + j, w);
+          if (all && far_out) {
+            run_tiles_staged<true>(jobs + j, r0, m, table, tw, scratch);
+            continue;
+          }
+          if (!stream && far_out && !inputs_close(jobs + j, w)) {
+            run_tiles_staged<false>(jobs + j, r0, m, table, tw, scratch);
             continue;
           }
           if (all) run_tiles<true>(jobs + j, r0, m, table, tw);
