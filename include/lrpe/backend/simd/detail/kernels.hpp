@@ -860,16 +860,7 @@ struct l_kernel<Arch, lambda::rotation<T>> {
       if constexpr (lane_ordered && K % 2 == 0) {
         if (lane_order) {
 #pragma GCC unroll 8
-          for (int k = 0; k < K; k += 2) {
-            const index_t i = 8 * k;
-            __m256 c0, c1, s0, s1;
-            dup_pair_block(c + i / 2, c0, c1);
-            dup_pair_block(s + i / 2, s0, s1);
-            const __m256 x0 = one_load(map.map(st, i, b(_mm256_loadu_ps(xr + i))));
-            const __m256 x1 = one_load(map.map(st, i + 8, b(_mm256_loadu_ps(xr + i + 8))));
-            store<Stream>(b(_mm256_fmaddsub_ps(x0, c0, _mm256_mul_ps(_mm256_permute_ps(x0, 0xB1), s0))), yr + i);
-            store<Stream>(b(_mm256_fmaddsub_ps(x1, c1, _mm256_mul_ps(_mm256_permute_ps(x1, 0xB1), s1))), yr + i + 8);
-          }
+          for (int k = 0; k < K; k += 2) rotate_lane_block<Stream>(c, s, xr, yr, 8 * k, map, st);
           return;
         }
       }
@@ -1032,15 +1023,7 @@ struct l_kernel<Arch, lambda::rotation<T>> {
       if constexpr (std::is_same_v<T, float>) {
         if constexpr (lane_ordered) {
           if (lane_order_) {
-            for (; i + 16 <= e; i += 16) {
-              __m256 c0, c1, s0, s1;
-              dup_pair_block(c + i / 2, c0, c1);
-              dup_pair_block(s + i / 2, s0, s1);
-              const __m256 x0 = one_load(map.map(st, i, b(_mm256_loadu_ps(x + i))));
-              const __m256 x1 = one_load(map.map(st, i + 8, b(_mm256_loadu_ps(x + i + 8))));
-              store<Stream>(b(_mm256_fmaddsub_ps(x0, c0, _mm256_mul_ps(_mm256_permute_ps(x0, 0xB1), s0))), y + i);
-              store<Stream>(b(_mm256_fmaddsub_ps(x1, c1, _mm256_mul_ps(_mm256_permute_ps(x1, 0xB1), s1))), y + i + 8);
-            }
+            for (; i + 16 <= e; i += 16) rotate_lane_block<Stream>(c, s, x, y, i, map, st);
           }
         }
         const __m256i dup_idx = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
@@ -1123,12 +1106,25 @@ struct l_kernel<Arch, lambda::rotation<T>> {
     }
 #endif
   }
-#if defined(__AVX2__)
+#if defined(__AVX2__) && defined(__FMA__)
   /// The duplicated c (or s) of the two vectors of x that a lane-ordered block at p serves.
   LRPE_ALWAYS_INLINE static void dup_pair_block(const T* p, __m256& lo, __m256& hi) noexcept {
     const __m256 t = _mm256_loadu_ps(p);
     lo = _mm256_unpacklo_ps(t, t);
     hi = _mm256_unpackhi_ps(t, t);
+  }
+  /// Features [i, i + 16) of an interleaved row, mapped, from a lane-ordered table row (cos at
+  /// c, sin at s): two vectors of y = fmaddsub(x, dup(c), swap_pairs(x)·dup(s)).
+  template <bool Stream, class Map>
+  LRPE_ALWAYS_INLINE static void rotate_lane_block(const T* c, const T* s, const T* x, T* y, index_t i, const Map& map,
+                                                   const typename Map::row_state& st) noexcept {
+    __m256 c0, c1, s0, s1;
+    dup_pair_block(c + i / 2, c0, c1);
+    dup_pair_block(s + i / 2, s0, s1);
+    const __m256 x0 = one_load(map.map(st, i, b(_mm256_loadu_ps(x + i))));
+    const __m256 x1 = one_load(map.map(st, i + 8, b(_mm256_loadu_ps(x + i + 8))));
+    store<Stream>(b(_mm256_fmaddsub_ps(x0, c0, _mm256_mul_ps(_mm256_permute_ps(x0, 0xB1), s0))), y + i);
+    store<Stream>(b(_mm256_fmaddsub_ps(x1, c1, _mm256_mul_ps(_mm256_permute_ps(x1, 0xB1), s1))), y + i + 8);
   }
 #endif
   cos_sin_rows<Arch, T> rows_;
