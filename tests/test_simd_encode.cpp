@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <limits>
 #include <new>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -531,6 +532,50 @@ void check_avx_kernels() {
   }
 }
 }  // namespace
+
+TEST_CASE("simd lookup_bytes (the permutation powers' byte table step) == a scalar lookup, every table size") {
+  // Every lut size 1 … 256 (1 … 16 shuffles, every blend level including index bit 7), rows of
+  // d = 1 … 300 (tails past the 32-entry vectors), random indices below the lut size, in place too.
+  using A = xsimd::fma3<xsimd::avx2>;
+  std::mt19937 gen(5);
+  for (index_t size = 1; size <= 256; ++size) {
+    std::vector<std::uint8_t> lut(static_cast<std::size_t>((size + 15) / 16 * 16), 0);
+    for (auto& v : lut) v = static_cast<std::uint8_t>(gen());
+    for (index_t d : {index_t{1}, index_t{31}, index_t{32}, index_t{64}, size, index_t{300}}) {
+      std::vector<std::uint8_t> in(static_cast<std::size_t>(d)), out(in.size()), want(in.size());
+      for (auto& v : in) v = static_cast<std::uint8_t>(gen() % static_cast<unsigned>(size));
+      for (std::size_t j = 0; j < in.size(); ++j) want[j] = lut[in[j]];
+      lrpe::backend::simd_detail::lookup_bytes<A>(lut.data(), size, in.data(), out.data(), d);
+      INFO("lut size " << size << ", d = " << d);
+      CHECK(out == want);
+      lrpe::backend::simd_detail::lookup_bytes<A>(lut.data(), size, in.data(), in.data(), d);  // in place
+      CHECK(in == want);
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("simd permutation powers by byte tables (AVX2, d <= 256) and by entries (d > 256) == reference", T,
+                   float, double) {
+  // BNSH streamed: every matrix a row at a time from the byte table; cached: 2 tile groups of
+  // the 18 matrices and 2 left over from it. P = I (tables by `lookup_bytes`), a permutation P
+  // composed into the table in bytes, a DCT P into scratch, positions as offsets and as an array.
+  using A = xsimd::fma3<xsimd::avx2>;
+  const std::vector<position_t> arr = [] {
+    std::vector<position_t> v;
+    for (index_t i = 0; i < 270; ++i) v.push_back(13 * i - 777);
+    return v;
+  }();
+  for (index_t d : {13, 40, 100, 128, 200, 256, 264}) {
+    INFO("d = " << d);
+    CHECK(qk_vs_reference<A>(lrpe::permuteformer<T>(d), 9, 270, 270, 3, 3, 51) <= tol<T>(d));
+    CHECK(qk_vs_reference<A>(lrpe::permuteformer<T>(d), 9, 270, 270, arr, arr, 52) <= tol<T>(d));
+    CHECK(qk_vs_reference<A>(lrpe::type7<T>(d), 9, 270, 270, -40, -40, 53) <= tol<T>(d));
+    CHECK(qk_vs_reference<A>(lrpe::encoder(lrpe::p::permutation<T>::seeded(d, 3), lrpe::lambda::permutation_power<T>::seeded(d, 4)), 9,
+                             270, 30, arr, 11, 54) <= tol<T>(d));
+    CHECK(qk_vs_reference<A>(lrpe::encoder(lrpe::p::dct<T>(d), lrpe::lambda::permutation_power<T>::seeded(d, 5)), 9, 270,
+                             270, 1, 1, 55) <= tol<T>(d));
+  }
+}
 
 TEST_CASE_TEMPLATE("simd encode with the AVX2 and AVX kernels named explicitly (run on AVX-512 hosts too) == reference",
                    T, float, double) {

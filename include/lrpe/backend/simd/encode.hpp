@@ -627,6 +627,12 @@ class simd_encoder {
     if constexpr (composes_p) {
       const auto* idx = pk_->idx_.data();
       const index_t d = enc_->dim();
+      if constexpr (std::is_same_v<Entry, std::uint8_t>) {  // d ≤ 256: a byte table (`bytes_ok`)
+        std::uint8_t lut[backend::simd_detail::byte_permute_max_d] = {};
+        for (index_t j = 0; j < d; ++j) lut[j] = static_cast<std::uint8_t>(idx[static_cast<std::size_t>(j)]);
+        for (index_t r = 0; r < m; ++r) backend::simd_detail::lookup_bytes<Arch>(lut, d, table + r * tw, table + r * tw, d);
+        return;
+      }
       for (index_t r = 0; r < m; ++r) {
         Entry* row = table + r * tw;
         for (index_t j = 0; j < d; ++j) row[j] = static_cast<Entry>(idx[static_cast<std::size_t>(row[j])]);
@@ -654,12 +660,38 @@ class simd_encoder {
     // Outputs larger than the threshold bypass the cache (no read-for-ownership of each line).
     const bool stream = out_bytes(count, rows) >= static_cast<double>(stream_threshold_);
     bool streamed = false;
+    // Permutation powers on AVX2 (d ≤ 256): each block's table is made in bytes (its rows by
+    // `lookup_bytes`), read so by the rows that run a matrix at a time (`permute_row_bytes`;
+    // not a Householder row map), and widened to entries, once per block on first use, for the
+    // kernels that read entries (the tiles).
+    std::uint8_t* bytes = nullptr;
+    if constexpr (requires { lk.bytes_ok(); }) {
+      if (lk.bytes_ok())
+        bytes = ws.get<std::uint8_t>(backend::simd_workspace::encode_table_bytes, std::max<index_t>(1, block * tw));
+    }
+    constexpr bool rows_take_bytes = requires { lk.bytes_ok(); } && !requires { pk_type::row_map; };
     for (index_t r0 = 0; r0 < rows; r0 += block) {
       const index_t m = std::min(block, rows - r0);
-      fill_block(lk, pos, r0, m, table, tw, c.data(), s.data());
-      compose_block(table, tw, m);
+      bool widened = bytes == nullptr;
+      if constexpr (requires { lk.bytes_ok(); }) {
+        if (bytes != nullptr) {
+          fill_block(lk, pos, r0, m, bytes, tw, c.data(), s.data());
+          compose_block(bytes, tw, m);
+        }
+      }
+      if (bytes == nullptr) {
+        fill_block(lk, pos, r0, m, table, tw, c.data(), s.data());
+        compose_block(table, tw, m);
+      }
+      const auto entries = [&]() -> const entry* {
+        if (!widened) {
+          backend::simd_detail::widen_indices(bytes, table, m * tw);
+          widened = true;
+        }
+        return table;
+      };
       const auto rows_of = [&](const backend::simd_detail::job<scalar>& jb, index_t first, index_t cnt,
-                               const entry* t, index_t t_stride, index_t) {
+                               const auto* t, index_t t_stride, index_t) {
         if (stream && (!LK::is_identity || p_streams) && can_stream(jb, lk)) {
           streamed = true;
           run_rows<true>(jb, first, cnt, t, t_stride, scratch);
@@ -667,11 +699,16 @@ class simd_encoder {
           run_rows<false>(jb, first, cnt, t, t_stride, scratch);
         }
       };
-      const auto one_job = [&](const backend::simd_detail::job<scalar>& jb) { rows_of(jb, r0, m, table, tw, r0); };
+      const auto one_job = [&](const backend::simd_detail::job<scalar>& jb) {
+        if constexpr (rows_take_bytes) {
+          if (bytes != nullptr) return rows_of(jb, r0, m, static_cast<const std::uint8_t*>(bytes), tw, r0);
+        }
+        rows_of(jb, r0, m, entries(), tw, r0);
+      };
       bool tiles = false;
       if constexpr (tiles_across_jobs) tiles = lk.tiles_ok();
       if (!tiles) {
-        by_layout(jobs, count, r0, m, rows, table, tw, p_waits(), stream, rows_of);
+        by_layout(jobs, count, r0, m, rows, entries(), tw, p_waits(), stream, rows_of);
         continue;
       }
       index_t j = 0;
@@ -686,15 +723,15 @@ class simd_encoder {
           streamed = streamed || all;
           const bool far_out = !outputs_close(jobs + j, w);
           if (all && far_out) {
-            run_tiles_staged<true>(jobs + j, r0, m, table, tw, scratch);
+            run_tiles_staged<true>(jobs + j, r0, m, entries(), tw, scratch);
             continue;
           }
           if (!stream && far_out && !inputs_close(jobs + j, w)) {
-            run_tiles_staged<false>(jobs + j, r0, m, table, tw, scratch);
+            run_tiles_staged<false>(jobs + j, r0, m, entries(), tw, scratch);
             continue;
           }
-          if (all) run_tiles<true>(jobs + j, r0, m, table, tw);
-          else run_tiles<false>(jobs + j, r0, m, table, tw);
+          if (all) run_tiles<true>(jobs + j, r0, m, entries(), tw);
+          else run_tiles<false>(jobs + j, r0, m, entries(), tw);
         }
       }
       for (; j < count; ++j) one_job(jobs[j]);
