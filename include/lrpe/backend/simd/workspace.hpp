@@ -45,7 +45,7 @@ class simd_workspace {
     chunk,       ///< linear attention: one chunk's scaled values / weights
     encode_table,  ///< simd_encoder: the per-position table of one block of positions
     encode_rows,   ///< simd_encoder: P's output rows of a fused chain's sub-block, or the Type 8 FFT's scratch
-    encode_table_bytes,  ///< simd_encoder: the permutation powers' table rows narrowed to bytes
+    encode_table_bytes,  ///< simd_encoder: the permutation powers' table rows in bytes (AVX2)
     slot_count
   };
 

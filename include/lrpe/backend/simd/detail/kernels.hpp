@@ -416,47 +416,59 @@ LRPE_ALWAYS_INLINE void lookup_bytes(const std::uint8_t* lut, index_t lut_size, 
 }
 
 /**
- * y[j] = x[idx[j]] with byte indices (d ≤ `byte_permute_max_d`; AVX2): for the permutation
- * powers' rows that run one matrix at a time from DRAM (BNSH, streamed). Each element is moved
- * through a general-purpose register: 8 indices are read as one 64-bit word and taken apart
- * by shifts, each element is one scalar load and one scalar store into a row staged on the
- * stack, and the staged row is then stored by whole vectors (non-temporally with `Stream`).
- * On a Zen 3 host, d = 64 float: 17.5 ns a row in L1 against 19.5 for `permute_row`'s
- * inserts (their shuffles share two ports; scalar moves use the load, store and ALU ports),
- * and from DRAM with the table's 16 KiB of byte rows in L1 instead of 64 KiB of int32 rows
- * in L2 (a side harness; encoder figures in docs/backends.md).
+ * y[j] = x[idx[j]] with byte indices (d ≤ `byte_permute_max_d`; AVX2): the permutation powers'
+ * rows that run a matrix at a time. 8 indices are read as one 64-bit word and taken apart by
+ * shifts; each element is one scalar load and one scalar store. Streamed (BNSH from DRAM), the
+ * elements go through general-purpose registers into a row staged on the stack, which is then
+ * stored by whole vectors, non-temporally: from DRAM 3.2–3.5 ms for 16 × 8192 rows at d = 64
+ * float against 3.5–3.6 for `permute_row`'s inserts (a side harness; their shuffles share two
+ * ports, and the byte table is 16 KiB in L1 where the int32 one is 64 KiB in L2). Cached, the
+ * elements are stored straight into y (19.8 ns a row in L1, against 20.1 for the inserts and
+ * 22.4 staged: the vector reload of a staged row waits for its 8 scalar stores). The stores
+ * are volatile: otherwise GCC turns the scalar moves back into vectors built by inserts or
+ * gathers.
  */
 template <bool Stream, class Arch, class T>
 LRPE_ALWAYS_INLINE void permute_row_bytes(const T* x, const std::uint8_t* idx, T* y, index_t d) noexcept {
-  using b = xsimd::batch<T, Arch>;
-  using bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
-  static_assert(sizeof(bits) == sizeof(T));
-  constexpr index_t w = static_cast<index_t>(b::size);
-  // The staged row's stores are volatile: otherwise GCC turns the scalar moves back into
-  // vectors built by inserts (the shuffles `permute_row` spends) or gathers. The vector loads
-  // below read it through the intrinsics' may_alias types.
-  alignas(64) bits row[byte_permute_max_d];
-  volatile bits* staged = row;
-  index_t j = 0;
-  for (; j + 8 <= d; j += 8) {
-    std::uint64_t word;
-    std::memcpy(&word, idx + j, sizeof(word));
+  if constexpr (!Stream) {
+    volatile T* out = y;
+    index_t j = 0;
+    for (; j + 8 <= d; j += 8) {
+      std::uint64_t word;
+      std::memcpy(&word, idx + j, sizeof(word));
 #pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) {
-      bits v;
-      std::memcpy(&v, x + ((word >> (8 * k)) & 0xFF), sizeof(v));
-      staged[j + k] = v;
+      for (int k = 0; k < 8; ++k) out[j + k] = x[(word >> (8 * k)) & 0xFF];
     }
+    for (; j < d; ++j) out[j] = x[idx[j]];
+  } else {
+    using b = xsimd::batch<T, Arch>;
+    using bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+    static_assert(sizeof(bits) == sizeof(T));
+    constexpr index_t w = static_cast<index_t>(b::size);
+    // The vector loads below read the staged row through the intrinsics' may_alias types.
+    alignas(64) bits row[byte_permute_max_d];
+    volatile bits* staged = row;
+    index_t j = 0;
+    for (; j + 8 <= d; j += 8) {
+      std::uint64_t word;
+      std::memcpy(&word, idx + j, sizeof(word));
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        bits v;
+        std::memcpy(&v, x + ((word >> (8 * k)) & 0xFF), sizeof(v));
+        staged[j + k] = v;
+      }
+    }
+    for (; j < d; ++j) {
+      bits v;
+      std::memcpy(&v, x + idx[j], sizeof(v));
+      staged[j] = v;
+    }
+    const T* out = reinterpret_cast<const T*>(row);
+    index_t c = 0;
+    for (; c + w <= d; c += w) store<Stream>(b::load_aligned(out + c), y + c);
+    for (; c < d; ++c) std::memcpy(y + c, row + c, sizeof(T));
   }
-  for (; j < d; ++j) {
-    bits v;
-    std::memcpy(&v, x + idx[j], sizeof(v));
-    staged[j] = v;
-  }
-  const T* out = reinterpret_cast<const T*>(row);
-  index_t c = 0;
-  for (; c + w <= d; c += w) store<Stream>(b::load_aligned(out + c), y + c);
-  for (; c < d; ++c) std::memcpy(y + c, row + c, sizeof(T));
 }
 
 /**
@@ -1423,8 +1435,7 @@ struct l_kernel<Arch, lambda::permutation_power<T>> {
     }
   }
 
-  /// `apply_rows` with the table rows narrowed to bytes (`narrow_indices`; requires
-  /// `bytes_ok()`): each row by `permute_row_bytes`, inputs prefetched `byte_prefetch_rows`
+  /// `apply_rows` with the table rows in bytes (requires `bytes_ok()`): each row by `permute_row_bytes`, inputs prefetched `byte_prefetch_rows`
   /// ahead. No row map: Type 4's mapped rows measured 3–7 % slower this way than by
   /// `permute_row` (AVX2 host, n = 8192, three A/B pairs), and keep it.
   template <bool Stream = false>
