@@ -430,16 +430,20 @@ LRPE_ALWAYS_INLINE void lookup_bytes(const std::uint8_t* lut, index_t lut_size, 
  */
 template <bool Stream, class Arch, class T>
 LRPE_ALWAYS_INLINE void permute_row_bytes(const T* x, const std::uint8_t* idx, T* y, index_t d) noexcept {
-  if constexpr (!Stream) {
-    volatile T* out = y;
+  // f(j, idx[j]) for j < d, the indices read 8 at a time as one 64-bit word
+  const auto each_index = [idx, d](auto&& f) LRPE_ALWAYS_INLINE_LAMBDA {
     index_t j = 0;
     for (; j + 8 <= d; j += 8) {
       std::uint64_t word;
       std::memcpy(&word, idx + j, sizeof(word));
 #pragma GCC unroll 8
-      for (int k = 0; k < 8; ++k) out[j + k] = x[(word >> (8 * k)) & 0xFF];
+      for (int k = 0; k < 8; ++k) f(j + k, static_cast<index_t>((word >> (8 * k)) & 0xFF));
     }
-    for (; j < d; ++j) out[j] = x[idx[j]];
+    for (; j < d; ++j) f(j, static_cast<index_t>(idx[j]));
+  };
+  if constexpr (!Stream) {
+    volatile T* out = y;
+    each_index([&](index_t j, index_t i) LRPE_ALWAYS_INLINE_LAMBDA { out[j] = x[i]; });
   } else {
     using b = xsimd::batch<T, Arch>;
     using bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
@@ -448,22 +452,11 @@ LRPE_ALWAYS_INLINE void permute_row_bytes(const T* x, const std::uint8_t* idx, T
     // The vector loads below read the staged row through the intrinsics' may_alias types.
     alignas(64) bits row[byte_permute_max_d];
     volatile bits* staged = row;
-    index_t j = 0;
-    for (; j + 8 <= d; j += 8) {
-      std::uint64_t word;
-      std::memcpy(&word, idx + j, sizeof(word));
-#pragma GCC unroll 8
-      for (int k = 0; k < 8; ++k) {
-        bits v;
-        std::memcpy(&v, x + ((word >> (8 * k)) & 0xFF), sizeof(v));
-        staged[j + k] = v;
-      }
-    }
-    for (; j < d; ++j) {
+    each_index([&](index_t j, index_t i) LRPE_ALWAYS_INLINE_LAMBDA {
       bits v;
-      std::memcpy(&v, x + idx[j], sizeof(v));
+      std::memcpy(&v, x + i, sizeof(v));
       staged[j] = v;
-    }
+    });
     const T* out = reinterpret_cast<const T*>(row);
     index_t c = 0;
     for (; c + w <= d; c += w) store<Stream>(b::load_aligned(out + c), y + c);
