@@ -421,7 +421,7 @@ LRPE_ALWAYS_INLINE void lookup_bytes(const std::uint8_t* lut, index_t lut_size, 
  * shifts; each element is one scalar load and one scalar store. Streamed (BNSH from DRAM), the
  * elements go through general-purpose registers into a row staged on the stack, which is then
  * stored by whole vectors, non-temporally: from DRAM 3.2–3.5 ms for 16 × 8192 rows at d = 64
- * float against 3.5–3.6 for `permute_row`'s inserts (a side harness; their shuffles share two
+ * float against 3.5–3.8 for `permute_row`'s inserts (a side harness; their shuffles share two
  * ports, and the byte table is 16 KiB in L1 where the int32 one is 64 KiB in L2). Cached, the
  * elements are stored straight into y (19.8 ns a row in L1, against 20.1 for the inserts and
  * 22.4 staged: the vector reload of a staged row waits for its 8 scalar stores). The stores
@@ -1429,7 +1429,7 @@ struct l_kernel<Arch, lambda::permutation_power<T>> {
   }
 
   /// `apply_rows` with the table rows in bytes (requires `bytes_ok()`): each row by `permute_row_bytes`, inputs prefetched `byte_prefetch_rows`
-  /// ahead. No row map: Type 4's mapped rows measured 3–7 % slower this way than by
+  /// ahead. No row map: Type 4's mapped rows measured 3–8 % slower this way than by
   /// `permute_row` (AVX2 host, n = 8192, three A/B pairs), and keep it.
   template <bool Stream = false>
   void apply_rows(const std::uint8_t* table, index_t tw, const T* x, index_t xs, T* y, index_t ys,
