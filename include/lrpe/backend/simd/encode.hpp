@@ -521,7 +521,7 @@ class simd_encoder {
    * cache, written with non-temporal stores), the run goes `far_output_rows` positions at a
    * time instead, job by job, so that each job writes a contiguous run of rows rather than
    * one row into each of g streams (same-bank DRAM pages, as for the permutation tiles,
-   * docs/backends.md); the next block's inputs, one contiguous region, are prefetched into
+   * docs/measurements.md); the next block's inputs, one contiguous region, are prefetched into
    * L2 first.
    */
   template <class Entry, class F>
