@@ -822,3 +822,57 @@ TEST_CASE("simd encode: shape errors like the reference") {
   lrpe::row_matrix<float> ok(4, 8);
   CHECK_THROWS_AS(lrpe::encode(simd{}, e, lrpe::view(x), short_pos, lrpe::view(ok)), lrpe::shape_error);
 }
+
+TEST_CASE("simd encode: an offset whose last row's position overflows int64 is an error, as in the reference") {
+  const lrpe::rope_neox<float> e(64);
+  const auto x = ref::random_rows<float>(8, 64, 5);
+  lrpe::row_matrix<float> out(8, 64);
+  constexpr position_t max = std::numeric_limits<position_t>::max();
+  // 8 rows from max − 2: rows 3 … 7 would be past 2^63 − 1 (the reference throws; so must SIMD)
+  CHECK_THROWS_WITH_AS(e.encode(lrpe::view(x), max - 2, lrpe::view(out)), doctest::Contains("'positions'"),
+                       lrpe::parameter_error);
+  CHECK_THROWS_WITH_AS(lrpe::encode(simd{}, e, lrpe::view(x), max - 2, lrpe::view(out)),
+                       doctest::Contains("'positions'"), lrpe::parameter_error);
+  const lrpe::simd_encoder<lrpe::rope_neox<float>> held(e);
+  CHECK_THROWS_AS(held.encode(lrpe::view(x), max - 2, lrpe::view(out)), lrpe::parameter_error);
+  const auto xv = lrpe::bnsh<const float>(x.data(), 1, 1, 8, 64);
+  const auto ov = lrpe::bnsh(out.data(), 1, 1, 8, 64);
+  lrpe::row_matrix<float> out2(8, 64);
+  const auto ov2 = lrpe::bnsh(out2.data(), 1, 1, 8, 64);
+  CHECK_THROWS_WITH_AS(lrpe::encode_qk(simd{}, e, xv, max - 2, xv, 0, ov, ov2), doctest::Contains("'q_pos'"),
+                       lrpe::parameter_error);
+  CHECK_THROWS_WITH_AS(lrpe::encode_qk(simd{}, e, xv, 0, xv, max - 2, ov, ov2), doctest::Contains("'k_pos'"),
+                       lrpe::parameter_error);
+  // The last representable run is fine, and equal to the reference.
+  lrpe::row_matrix<float> want(8, 64);
+  e.encode(lrpe::view(x), max - 7, lrpe::view(want));
+  lrpe::encode(simd{}, e, lrpe::view(x), max - 7, lrpe::view(out));
+  CHECK(ref::max_abs_diff(out, want) <= tol<float>(64));
+}
+
+TEST_CASE_TEMPLATE("encode_qk: an empty Q or K side still has its positions checked (no read past them), both backends",
+                   B, simd, lrpe::backend::reference) {
+  const lrpe::rope_neox<float> e(64);
+  const auto x = ref::random_rows<float>(8, 64, 6);
+  lrpe::row_matrix<float> out(8, 64), want(8, 64);
+  const std::vector<position_t> one = {0}, eight = {0, 1, 2, 3, 4, 5, 6, 7}, none;
+  const auto full = lrpe::bnsh<const float>(x.data(), 1, 1, 8, 64);
+  const auto full_out = lrpe::bnsh(out.data(), 1, 1, 8, 64);
+  // q with batch 0 and a 1-entry array for 8 rows; k with 0 heads and an empty array.
+  const auto q0 = lrpe::bnsh<const float>(x.data(), 0, 1, 8, 64);
+  const auto q0_out = lrpe::bnsh(out.data(), 0, 1, 8, 64);
+  const auto k0 = lrpe::bnsh<const float>(nullptr, 1, 0, 8, 64);
+  const auto k0_out = lrpe::bnsh<float>(nullptr, 1, 0, 8, 64);
+  CHECK_THROWS_WITH_AS(lrpe::encode_qk(B{}, e, q0, one, full, eight, q0_out, full_out), doctest::Contains("'q_pos'"),
+                       lrpe::shape_error);
+  CHECK_THROWS_WITH_AS(lrpe::encode_qk(B{}, e, full, eight, k0, none, full_out, k0_out), doctest::Contains("'k_pos'"),
+                       lrpe::shape_error);
+  // With consistent positions an empty side is no work, and the other side is encoded as alone.
+  lrpe::encode_qk(B{}, e, q0, eight, full, eight, q0_out, full_out);
+  e.encode(lrpe::view(x), eight, lrpe::view(want));
+  CHECK(ref::max_abs_diff(out, want) <= tol<float>(64));
+  out.setZero();
+  lrpe::encode_qk(B{}, e, full, 3, k0, 3, full_out, k0_out);
+  e.encode(lrpe::view(x), 3, lrpe::view(want));
+  CHECK(ref::max_abs_diff(out, want) <= tol<float>(64));
+}

@@ -43,6 +43,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <cstring>
 #include <optional>
 #include <type_traits>
@@ -189,11 +190,11 @@ class simd_encoder {
   void encode_qk(heads_view<const scalar> q, positions q_pos, heads_view<const scalar> k, positions k_pos,
                  heads_view<scalar> q_out, heads_view<scalar> k_out) const {
     constexpr const char* where = "lrpe::simd_encoder::encode_qk";
-    check_heads(q, q_out, q_pos, where, "q", "q_out");
-    check_heads(k, k_out, k_pos, where, "k", "k_out");
+    check_heads(q, q_out, q_pos, where, "q", "q_out", "q_pos");
+    check_heads(k, k_out, k_pos, where, "k", "k_out", "k_pos");
     using J = backend::simd_detail::job<scalar>;
     const index_t nq = q.batch * q.heads, nk = k.batch * k.heads;
-    const bool shared = q.seq == k.seq && backend::simd_detail::same_positions(q_pos, k_pos, q.seq);
+    const bool shared = nq > 0 && nk > 0 && q.seq == k.seq && backend::simd_detail::same_positions(q_pos, k_pos, q.seq);
     // Job lists on the stack for up to 64 (batch × head) matrices of each; beyond, on the heap.
     constexpr index_t stack_jobs = 128;
     J stack[stack_jobs];
@@ -228,7 +229,7 @@ class simd_encoder {
   static constexpr bool has_fft = path == simd_path::row_fft;
 
   void check(const matrix_view<const scalar>& x, const matrix_view<scalar>& out, const positions& pos,
-             const char* where, const char* xn, const char* on) const {
+             const char* where, const char* xn, const char* on, const char* pn = "positions") const {
     // Fast accept first: the diagnostics below build their messages eagerly (heap strings),
     // which a steady-state call must not pay for.
     const index_t d = enc_->dim(), f = enc_->feature_dim();
@@ -236,8 +237,7 @@ class simd_encoder {
       return v.rows >= 0 && v.cols >= 0 && (v.rows <= 1 || v.row_stride >= v.cols) &&
              (v.rows == 0 || v.cols == 0 || v.data != nullptr);
     };
-    if (view_ok(x) && view_ok(out) && x.cols == d && out.cols == f && out.rows == x.rows &&
-        (!pos.is_array() || pos.size() == x.rows))
+    if (view_ok(x) && view_ok(out) && x.cols == d && out.cols == f && out.rows == x.rows && positions_ok(pos, x.rows))
       return;
     validate(x, where, xn);
     validate(out, where, on);
@@ -245,20 +245,27 @@ class simd_encoder {
     detail::require_shape(out.cols == f, where, on, detail::lazy_concat("must have feature_dim() = ", f, " columns"),
                           out.cols);
     detail::require_shape(out.rows == x.rows, where, on, detail::lazy_concat("must have ", x.rows, " rows"), out.rows);
-    pos.require_rows(x.rows, where);
+    pos.require_rows(x.rows, where, pn);
   }
+  /// An array of `rows` entries, or an offset whose last row's position fits in position_t.
+  static bool positions_ok(const positions& pos, index_t rows) noexcept {
+    if (pos.is_array()) return pos.size() == rows;
+    return rows <= 1 || pos.offset() <= std::numeric_limits<position_t>::max() - (rows - 1);
+  }
+  /// Shapes of x and out, and the positions against x.seq even when x holds no matrix (an
+  /// empty Q or K side's positions are still read when the other side compares against them).
   void check_heads(const heads_view<const scalar>& x, const heads_view<scalar>& out, const positions& pos,
-                   const char* where, const char* xn, const char* on) const {
-    if (x.batch >= 0 && x.heads >= 0 && out.batch == x.batch && out.heads == x.heads) {
-      if (x.batch > 0 && x.heads > 0) check(x.head(0, 0), out.head(0, 0), pos, where, xn, on);
+                   const char* where, const char* xn, const char* on, const char* pn) const {
+    if (x.batch >= 0 && x.heads >= 0 && x.seq >= 0 && out.batch == x.batch && out.heads == x.heads) {
+      if (x.batch > 0 && x.heads > 0) check(x.head(0, 0), out.head(0, 0), pos, where, xn, on, pn);
+      else if (!positions_ok(pos, x.seq)) pos.require_rows(x.seq, where, pn);
       return;
     }
-    detail::require_shape(x.batch >= 0 && x.heads >= 0, where, xn, "must have non-negative batch and heads",
-                          detail::lazy_concat(x.batch, "x", x.heads));
+    detail::require_shape(x.batch >= 0 && x.heads >= 0 && x.seq >= 0, where, xn,
+                          "must have non-negative batch, heads and seq", detail::lazy_concat(x.batch, "x", x.heads, "x", x.seq));
     detail::require_shape(out.batch == x.batch && out.heads == x.heads, where, on,
                           detail::lazy_concat("must have ", x.batch, " batch entries and ", x.heads, " heads"),
                           detail::lazy_concat(out.batch, "x", out.heads));
-    if (x.batch > 0 && x.heads > 0) check(x.head(0, 0), out.head(0, 0), pos, where, xn, on);
   }
 
   /// Encodes `count` jobs of `rows` rows each, all at positions `pos`.
@@ -809,6 +816,12 @@ void encode_qk(backend::reference, const E& enc, heads_view<const typename E::sc
                heads_view<const typename E::scalar> k, positions k_pos, heads_view<typename E::scalar> q_out,
                heads_view<typename E::scalar> k_out) {
   constexpr const char* where = "lrpe::encode_qk";
+  detail::require_shape(q.batch >= 0 && q.heads >= 0 && q.seq >= 0, where, "q", "must have non-negative batch, heads and seq",
+                        detail::lazy_concat(q.batch, "x", q.heads, "x", q.seq));
+  detail::require_shape(k.batch >= 0 && k.heads >= 0 && k.seq >= 0, where, "k", "must have non-negative batch, heads and seq",
+                        detail::lazy_concat(k.batch, "x", k.heads, "x", k.seq));
+  q_pos.require_rows(q.seq, where, "q_pos");
+  k_pos.require_rows(k.seq, where, "k_pos");
   detail::require_shape(q_out.batch == q.batch && q_out.heads == q.heads, where, "q_out",
                         "must have q's batch and heads", detail::lazy_concat(q_out.batch, "x", q_out.heads));
   detail::require_shape(k_out.batch == k.batch && k_out.heads == k.heads, where, "k_out",
