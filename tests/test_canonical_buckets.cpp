@@ -85,6 +85,36 @@ TEST_CASE("buckets: T5 bias uses rel = key - query (t - s)") {
   CHECK(causal.bias(30, 10) == 17);  // rel = −20
 }
 
+TEST_CASE("buckets: offsets at the ends of int64 land in the last bucket or clipped entry (no overflow)") {
+  constexpr position_t lo = std::numeric_limits<position_t>::min(), hi = std::numeric_limits<position_t>::max();
+  // |INT64_MIN| does not exist in int64: the bucket of the most negative offset is the far one
+  CHECK(cn::t5_bucket(lo, cn::t5_buckets{}) == 15);
+  CHECK(cn::t5_bucket(lo, cn::t5_buckets{32, 128, false}) == 31);
+  CHECK(cn::t5_bucket(hi, cn::t5_buckets{}) == 31);
+  CHECK(cn::deberta_log_bucket(lo, 256, 512) == cn::deberta_log_bucket(lo + 1, 256, 512));
+  CHECK(cn::deberta_log_bucket(lo, 256, 512) < 0);
+  // the pair forms: t − s past int64 saturates, exact for clipped and bucketed offsets
+  CHECK(cn::saturating_offset(lo, hi) == hi);
+  CHECK(cn::saturating_offset(hi, lo) == -hi);
+  CHECK(cn::saturating_offset(0, lo) == -hi);
+  CHECK(cn::saturating_offset(5, 12) == 7);
+  rows table = rows::Zero(1, 32);
+  for (index_t b = 0; b < 32; ++b) table(0, b) = static_cast<double>(b);
+  const cn::t5_bias<double> t5(2, {}, table);
+  CHECK(t5.bias(lo, hi) == 31);
+  CHECK(t5.bias(hi, lo) == 15);
+  const cn::toeplitz_bias<double> tb(2, 3, vd{-3, -2, -1, 0, 1, 2, 3});
+  CHECK(tb.bias(lo, hi) == 3);
+  CHECK(tb.bias(hi, lo) == -3);
+  CHECK(cn::deberta_relative_position(lo, hi, cn::deberta_buckets{0, 512}) == -hi);
+  rows kr = rows::Zero(8, 2);
+  for (index_t r = 0; r < 8; ++r) kr(r, 0) = static_cast<double>(r);
+  const cn::deberta_v2<double> deb(2, 1, {0, 4}, kr, kr);  // no log buckets: span 4, rows 0 … 7
+  CHECK(deb.table_index(lo) == 7);  // s − t = +∞ side, clamped
+  CHECK(deb.table_index(hi) == 0);
+  CHECK(deb.table_index(0) == 4);
+}
+
 TEST_CASE("buckets: DeBERTa-v2 log buckets (256, 512) reproduce REFERENCE.md") {
   const std::vector<std::pair<position_t, position_t>> published = {
       {0, 0},     {1, 1},     {127, 127}, {128, 128},   {129, 129},   {130, 130},   {200, 169},
@@ -172,6 +202,9 @@ TEST_CASE("errors: bad parameters throw the documented lrpe error type") {
   }
   SUBCASE("learned table") {
     CHECK_THROWS_AS(cn::toeplitz_bias<double>(4, -1, rows::Zero(1, 1)), lrpe::parameter_error);
+    // 2r + 1 past int64: the distance is named (not a wrapped table width)
+    CHECK_THROWS_WITH_AS(cn::toeplitz_bias<double>(4, std::numeric_limits<position_t>::max(), rows::Zero(1, 1)),
+                         doctest::Contains("'max_distance' must be in [0, 2^62 - 1]"), lrpe::parameter_error);
     CHECK_THROWS_AS(cn::toeplitz_bias<double>(4, 3, rows::Zero(1, 6)), lrpe::shape_error);
     CHECK_THROWS_AS(cn::toeplitz_bias<double>(4, 1, vd{0, std::numeric_limits<double>::infinity(), 0}),
                     lrpe::domain_error);
@@ -189,6 +222,8 @@ TEST_CASE("errors: bad parameters throw the documented lrpe error type") {
   }
   SUBCASE("Shaw") {
     CHECK_THROWS_AS(cn::shaw<double>(3, -1, rows::Zero(1, 3)), lrpe::parameter_error);
+    CHECK_THROWS_WITH_AS(cn::shaw<double>(3, std::numeric_limits<position_t>::max(), rows::Zero(1, 3)),
+                         doctest::Contains("'r' must be in [0, 2^62 - 1]"), lrpe::parameter_error);
     CHECK_THROWS_AS(cn::shaw<double>(3, 2, rows::Zero(5, 4)), lrpe::shape_error);
     CHECK_THROWS_AS(cn::shaw<double>(3, 2, rows::Zero(5, 3), rows::Zero(4, 3)), lrpe::shape_error);
     rows bad = rows::Zero(5, 3);

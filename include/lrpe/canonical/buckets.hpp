@@ -15,11 +15,27 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 namespace lrpe {
 inline namespace v0 {
 namespace canonical {
+
+/// |x|, saturated: INT64_MIN's magnitude 2^63 reads as 2^63 − 1, which every bucketing and
+/// clipping below treats alike (far beyond any table's range); −x itself would overflow.
+[[nodiscard]] constexpr position_t saturating_abs(position_t x) noexcept {
+  return x >= 0 ? x : x == std::numeric_limits<position_t>::min() ? std::numeric_limits<position_t>::max() : -x;
+}
+
+/// t − s, saturated to [−(2^63 − 1), 2^63 − 1]: the offset of (query s, key t) for encodings that
+/// clip or bucket it (exact there: every offset past the saturation point lands in the same
+/// clipped entry or bucket); t − s itself overflows for positions 2^63 or more apart.
+[[nodiscard]] constexpr position_t saturating_offset(position_t s, position_t t) noexcept {
+  position_t d;
+  if (!__builtin_sub_overflow(t, s, &d)) return d == std::numeric_limits<position_t>::min() ? -std::numeric_limits<position_t>::max() : d;
+  return t > s ? std::numeric_limits<position_t>::max() : -std::numeric_limits<position_t>::max();
+}
 
 /// Shaw et al.'s clip(x, r) = max(−r, min(r, x)).
 [[nodiscard]] constexpr position_t clip(position_t x, position_t r) noexcept {
@@ -74,9 +90,9 @@ struct t5_buckets {
   if (cfg.bidirectional) {
     nb /= 2;
     if (r > 0) bucket += nb;
-    r = r < 0 ? -r : r;
+    r = saturating_abs(r);
   } else {
-    r = r < 0 ? -r : 0;
+    r = r < 0 ? saturating_abs(r) : 0;
   }
   const index_t max_exact = nb / 2;
   if (r < max_exact) return bucket + static_cast<index_t>(r);
@@ -131,7 +147,7 @@ struct deberta_buckets {
 [[nodiscard]] inline position_t deberta_log_bucket(position_t rel, index_t bucket_size,
                                                    position_t max_position) noexcept {
   const position_t mid = bucket_size / 2;
-  const position_t a = (rel < mid && rel > -mid) ? mid - 1 : (rel < 0 ? -rel : rel);
+  const position_t a = (rel < mid && rel > -mid) ? mid - 1 : saturating_abs(rel);
   if (a <= mid) return rel;
   const double log_pos =
       std::ceil(std::log(static_cast<double>(a) / static_cast<double>(mid)) /
@@ -146,7 +162,7 @@ struct deberta_buckets {
 /// else s − t itself.
 [[nodiscard]] inline position_t deberta_relative_position(position_t s, position_t t,
                                                           const deberta_buckets& cfg) noexcept {
-  const position_t rel = s - t;
+  const position_t rel = saturating_offset(t, s);  // s − t
   return cfg.log_buckets() ? deberta_log_bucket(rel, cfg.position_buckets, cfg.max_relative_positions) : rel;
 }
 

@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace lrpe {
 inline namespace v0 {
@@ -129,11 +130,12 @@ class deberta_v2 {
 
   /// The clamped table row c = clamp(log_bucket(s − t) + span, 0, 2·span − 1) of offset δ = t − s.
   [[nodiscard]] index_t table_index(position_t delta) const noexcept {
+    const position_t neg = delta == std::numeric_limits<position_t>::min() ? std::numeric_limits<position_t>::max() : -delta;
     const position_t rel = cfg_.log_buckets()
-                               ? deberta_log_bucket(-delta, cfg_.position_buckets, cfg_.max_relative_positions)
-                               : -delta;
+                               ? deberta_log_bucket(neg, cfg_.position_buckets, cfg_.max_relative_positions)
+                               : neg;
     const position_t span = cfg_.span();
-    return static_cast<index_t>(std::clamp<position_t>(rel + span, 0, 2 * span - 1));
+    return static_cast<index_t>(std::clamp<position_t>(rel, -span, span - 1) + span);  // no rel + span overflow
   }
   /// K_r[c(δ)] of this head (d entries); valid only with c2p.
   [[nodiscard]] const T* key_vector(position_t delta) const noexcept {
@@ -147,8 +149,8 @@ class deberta_v2 {
   /// Direct formula q·k + q·K_r[c] + k·Q_r[c] (terms as configured), unscaled.
   [[nodiscard]] double score(const T* q, position_t s, const T* k, position_t t) const noexcept {
     double acc = detail_::dot(q, k, d_);
-    if (terms_.c2p) acc += detail_::dot(q, key_vector(t - s), d_);
-    if (terms_.p2c) acc += detail_::dot(k, query_vector(t - s), d_);
+    if (terms_.c2p) acc += detail_::dot(q, key_vector(saturating_offset(s, t)), d_);
+    if (terms_.p2c) acc += detail_::dot(k, query_vector(saturating_offset(s, t)), d_);
     return acc;
   }
   /// 1/√(d·(1 + #position terms)): 1/√(3d) with c2p and p2c.

@@ -16,6 +16,8 @@
 #include <lrpe/canonical/canonical_form.hpp>
 #include <lrpe/canonical/detail/common.hpp>
 
+#include <limits>
+
 namespace lrpe {
 inline namespace v0 {
 namespace canonical {
@@ -37,7 +39,8 @@ class shaw {
   shaw(index_t d, position_t r, row_matrix<T> key_table, row_matrix<T> value_table = {}) : d_(d), r_(r) {
     constexpr const char* where = "lrpe::canonical::shaw";
     lrpe::detail::require_shape(d >= 1, where, "d", "must be >= 1", d);
-    lrpe::detail::require_parameter(r >= 0, where, "r", "must be >= 0", r);
+    lrpe::detail::require_parameter(r >= 0 && r <= (std::numeric_limits<position_t>::max() - 1) / 2, where, "r",
+                                    "must be in [0, 2^62 - 1] (the tables have 2r + 1 rows)", r);
     detail_::require_table_shape(key_table, 2 * r + 1, d, where, "key_table");
     detail_::require_finite_table(key_table, where, "key_table");
     if (value_table.size() != 0) {
@@ -63,12 +66,12 @@ class shaw {
 
   /// Direct formula q_s·(k_t + a^K_{clip(t−s, r)}).
   [[nodiscard]] double score(const T* q, position_t s, const T* k, position_t t) const noexcept {
-    return detail_::dot(q, k, d_) + detail_::dot(q, key_vector(t - s), d_);
+    return detail_::dot(q, k, d_) + detail_::dot(q, key_vector(saturating_offset(s, t)), d_);
   }
 
   /// out += w·a^V_{clip(t−s, r)} (d elements); nothing when there is no value table.
   void add_value_term(position_t s, position_t t, T w, T* out) const noexcept {
-    const T* a = value_vector(t - s);
+    const T* a = value_vector(saturating_offset(s, t));
     if (a == nullptr) return;
     for (index_t i = 0; i < d_; ++i) out[i] += w * a[i];
   }

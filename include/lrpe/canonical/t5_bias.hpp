@@ -71,7 +71,7 @@ class t5_bias {
     return static_cast<double>((*table_)(h_, bucket(delta)));
   }
   /// The unscaled additive bias B[h, bucket(t − s)].
-  [[nodiscard]] double bias(position_t s, position_t t) const noexcept { return bias_at(t - s); }
+  [[nodiscard]] double bias(position_t s, position_t t) const noexcept { return bias_at(saturating_offset(s, t)); }
   /// Direct formula q·k + B[h, bucket(t − s)].
   [[nodiscard]] double score(const T* q, position_t s, const T* k, position_t t) const noexcept {
     return detail_::dot(q, k, d_) + bias(s, t);

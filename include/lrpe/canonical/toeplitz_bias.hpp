@@ -14,6 +14,7 @@
 #include <lrpe/canonical/detail/additive.hpp>
 #include <lrpe/canonical/detail/common.hpp>
 
+#include <limits>
 #include <vector>
 
 namespace lrpe {
@@ -40,7 +41,9 @@ class toeplitz_bias {
   toeplitz_bias(index_t d, position_t max_distance, row_matrix<T> table) : d_(d), r_(max_distance) {
     constexpr const char* where = "lrpe::canonical::toeplitz_bias";
     lrpe::detail::require_shape(d >= 1, where, "d", "must be >= 1", d);
-    lrpe::detail::require_parameter(max_distance >= 0, where, "max_distance", "must be >= 0", max_distance);
+    lrpe::detail::require_parameter(max_distance >= 0 && max_distance <= (std::numeric_limits<position_t>::max() - 1) / 2,
+                                    where, "max_distance", "must be in [0, 2^62 - 1] (the table has 2r + 1 columns)",
+                                    max_distance);
     lrpe::detail::require_shape(table.rows() >= 1 && table.cols() == 2 * max_distance + 1, where, "table",
                                 lrpe::detail::lazy_concat("must be heads x (2*max_distance+1) = heads x ", 2 * max_distance + 1,
                                                      " with heads >= 1"),
@@ -70,7 +73,7 @@ class toeplitz_bias {
     return static_cast<double>((*table_)(h_, clip(delta, r_) + r_));
   }
   /// The unscaled additive bias of (query s, key t).
-  [[nodiscard]] double bias(position_t s, position_t t) const noexcept { return bias_at(t - s); }
+  [[nodiscard]] double bias(position_t s, position_t t) const noexcept { return bias_at(saturating_offset(s, t)); }
   /// Direct formula q·k + w[clip(t − s, r)].
   [[nodiscard]] double score(const T* q, position_t s, const T* k, position_t t) const noexcept {
     return detail_::dot(q, k, d_) + bias(s, t);
