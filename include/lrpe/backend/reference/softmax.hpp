@@ -74,9 +74,12 @@ void softmax_kernel(reference, const softmax_problem<T>& p, const Logits& logits
   // max that propagates NaN (std::max drops a NaN second argument): a NaN logit reaches its row
   const auto nan_max = [](T a, T b) { return a > b || std::isnan(a) ? a : b; };
 
-  tile_t s_tile(bt, bt);
-  tile_t acc(bt, dv);
-  std::vector<T> m(static_cast<std::size_t>(bt)), l(static_cast<std::size_t>(bt));
+  // Buffers no larger than the problem: a tile option far above n (any value ≥ 1 is valid)
+  // must not allocate tile² entries for a few rows.
+  const index_t tq = std::min(bt, std::max<index_t>(1, p.nq)), tk = std::min(bt, std::max<index_t>(1, p.nk));
+  tile_t s_tile(tq, tk);
+  tile_t acc(tq, dv);
+  std::vector<T> m(static_cast<std::size_t>(tq)), l(static_cast<std::size_t>(tq));
 
   for (index_t i0 = 0; i0 < p.nq; i0 += bt) {
     const index_t i1 = std::min(p.nq, i0 + bt);
