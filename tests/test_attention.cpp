@@ -498,11 +498,34 @@ TEST_CASE("softmax: errors name the argument") {
                        doctest::Contains("'v' must have batch x heads = 1x2"), lrpe::shape_error);
   CHECK_NOTHROW(lrpe::softmax_attention(lrpe::bnsh(buf.data(), 1, 6, 4, 8), lrpe::bnsh(buf.data(), 1, 2, 4, 8),
                                         lrpe::bnsh(buf.data(), 1, 2, 4, 8), lrpe::bnsh(obuf.data(), 1, 6, 4, 8), enc));
+  // d = 0: the width itself is named (not the infinite default scale 1/√0 it implies)
+  const rm<T> q0(4, 0), k0(5, 0);
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention(q0, k0, v, out, lrpe::no_encoding{}), doctest::Contains("'q.cols' must be >= 1"),
+                       lrpe::shape_error);
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention(q0, k0, v, out, lrpe::no_encoding{}, lrpe::softmax_options<>{.scale = 1.0}),
+                       doctest::Contains("'q.cols' must be >= 1"), lrpe::shape_error);
+  // multi-head K with 0 heads in BSNH (seq_stride = heads·d = 0): the heads are named, not the stride
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention(lrpe::bsnh(buf.data(), 1, 4, 2, 8), lrpe::bsnh(buf.data(), 1, 4, 0, 8),
+                                               lrpe::bsnh(buf.data(), 1, 4, 0, 8), lrpe::bsnh(obuf.data(), 1, 4, 2, 8), enc),
+                       doctest::Contains("'k' must have batch = 1 and heads = 2"), lrpe::shape_error);
   try {
     lrpe::softmax_attention(q, k6, v, out, enc);
   } catch (const lrpe::error& e) {
     MESSAGE(std::string(e.what()));
   }
+}
+
+TEST_CASE("softmax, reference backend: a tile option far above n allocates for n, not for the tile") {
+  using T = float;
+  lrpe::generator g(3);
+  rm<T> q(8, 16), k(9, 16), v(9, 5);
+  for (auto* m : {&q, &k, &v})
+    for (auto& x : m->reshaped()) x = static_cast<T>(g.normal());
+  rm<T> want(8, 5), got(8, 5);
+  lrpe::softmax_attention(q, k, v, want, lrpe::no_encoding{}, lrpe::softmax_options<>{.causal = true});
+  // 2^40 rows per tile: a tile² buffer would be 4 TiB (std::bad_alloc before the fix)
+  lrpe::softmax_attention(q, k, v, got, lrpe::no_encoding{}, lrpe::softmax_options<>{.causal = true, .tile = lrpe::index_t{1} << 40});
+  CHECK((got - want).cwiseAbs().maxCoeff() <= 1e-6f);
 }
 
 TEST_CASE_TEMPLATE("positions: the extremes of int64 work; a difference t - s past int64 is an error naming the positions",

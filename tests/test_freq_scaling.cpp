@@ -66,6 +66,20 @@ TEST_CASE("scalings validate their parameters") {
   CHECK_THROWS_AS(lrpe::freq::dynamic_ntk_base(1e4, 2, 8192, 0, 128), lrpe::parameter_error);
   CHECK_THROWS_AS(lrpe::freq::dynamic_ntk_base(1e4, 2, 8192, 4096, 3), lrpe::shape_error);
   CHECK_THROWS_AS(lrpe::freq::yarn(theta, 4, -1), lrpe::parameter_error);
+  // β_fast below β_slow would turn the ramp around (and leave the low frequencies unscaled)
+  CHECK_THROWS_WITH_AS(lrpe::freq::yarn(theta, 4, 4096, 1e4, 1, 32), doctest::Contains("'beta_fast' must be >= beta_slow = 32"),
+                       lrpe::parameter_error);
+  CHECK_NOTHROW(lrpe::freq::yarn(theta, 4, 4096, 1e4, 8, 8));
+  CHECK_THROWS_WITH_AS(lrpe::freq::yarn_correction_dim(0, 128, 1e4, 4096), doctest::Contains("'rotations' must be > 0"),
+                       lrpe::parameter_error);
+  CHECK_THROWS_AS(lrpe::freq::yarn_correction_dim(-1, 128, 1e4, 4096), lrpe::parameter_error);
+  CHECK_THROWS_AS(lrpe::freq::yarn_correction_dim(NAN, 128, 1e4, 4096), lrpe::domain_error);
+  CHECK_THROWS_AS(lrpe::freq::yarn_correction_dim(32, 0, 1e4, 4096), lrpe::shape_error);
+  CHECK_THROWS_AS(lrpe::freq::yarn_correction_dim(32, 128, 1.0, 4096), lrpe::parameter_error);
+  CHECK_THROWS_AS(lrpe::freq::yarn_correction_dim(32, 128, 1e4, 0), lrpe::parameter_error);
+  CHECK_THROWS_AS(lrpe::freq::yarn_attention_factor(NAN), lrpe::domain_error);
+  CHECK_THROWS_AS(lrpe::freq::yarn_attention_factor(INFINITY), lrpe::domain_error);
+  CHECK(lrpe::freq::yarn_attention_factor(0.5) == 1.0);
   CHECK_THROWS_AS(lrpe::freq::llama3(theta, 8, 4, 1), lrpe::parameter_error);
   const std::vector<double> bad{1.0, INFINITY};
   CHECK_THROWS_AS(lrpe::freq::linear(bad, 2), lrpe::domain_error);

@@ -15,6 +15,9 @@ TEST_CASE("ONNX and GGML pairings") {
   CHECK(lrpe::interop::ggml_pairing(2) == lrpe::pairing::split_half);
   CHECK_THROWS_AS(lrpe::interop::onnx_pairing(2), lrpe::parameter_error);
   CHECK_THROWS_AS(lrpe::interop::ggml_pairing(1), lrpe::parameter_error);
+  CHECK_THROWS_WITH_AS(lrpe::interop::meta_to_hf_rows(3), doctest::Contains("lrpe::interop::meta_to_hf_rows: argument 'head_dim'"),
+                       lrpe::shape_error);
+  CHECK_THROWS_WITH_AS(lrpe::interop::hf_to_meta_rows(0), doctest::Contains("lrpe::interop::hf_to_meta_rows"), lrpe::shape_error);
 }
 
 TEST_CASE("cos/sin cache: layout (max_pos, rotary_dim/2), angles in double") {

@@ -437,6 +437,38 @@ TEST_CASE("linear: errors name the argument; empty sequences") {
   CHECK_THROWS_WITH_AS(lrpe::linear_attention(q, k, v, out, enc, phi, linear_options{.eps = 0}),
                        doctest::Contains("'options.eps'"), lrpe::parameter_error);
   CHECK_THROWS_AS(lrpe::linear_attention(q, k, v, out, enc, phi, linear_options{.eps = NAN}), lrpe::domain_error);
+  // eps > 0 in double but 0 in float: an error for float (max(den, 0) would divide by zero), fine in double
+  {
+    const rm<float> qf = rm<float>::Ones(4, 8), kf = rm<float>::Ones(5, 8), vf = rm<float>::Ones(5, 3);
+    rm<float> outf(4, 3);
+    const linear_options tiny{.norm = lrpe::normalisation::denominator, .eps = 1e-300};
+    CHECK_THROWS_WITH_AS(lrpe::linear_attention(qf, kf, vf, outf, lrpe::type1<float>(8), phi, tiny),
+                         doctest::Contains("'options.eps' must be > 0 in the scalar type"), lrpe::parameter_error);
+    CHECK_NOTHROW(lrpe::linear_attention(q, k, v, out, enc, phi, tiny));
+    lrpe::linear_attention_state<float> st(8, 3);
+    std::vector<float> row(3);
+    CHECK_THROWS_WITH_AS(st.query_features(qf.data(), 0, row.data(), lrpe::normalisation::denominator, 1e-300),
+                         doctest::Contains("'eps'"), lrpe::parameter_error);
+  }
+  // relu_eps: a NaN eps would make every feature NaN, a negative one negative features
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention(q, k, v, out, enc, lrpe::feature_maps::relu_eps{NAN}),
+                       doctest::Contains("'phi' must have a finite eps"), lrpe::domain_error);
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention(q, k, v, out, enc, lrpe::feature_maps::relu_eps{-1.0}),
+                       doctest::Contains("'phi' must have eps >= 0"), lrpe::parameter_error);
+  CHECK_NOTHROW(lrpe::linear_attention(q, k, v, out, enc, lrpe::feature_maps::relu_eps{0.0}));
+  {
+    lrpe::linear_attention_state<T> st(8, 3);
+    CHECK_THROWS_AS(st.append(enc, lrpe::feature_maps::relu_eps{INFINITY}, q.data(), v.data(), 0), lrpe::domain_error);
+    CHECK(st.empty());
+  }
+  // per-head decays on a single-head call would be ignored: an error instead
+  const std::vector<double> one_decay{0.9};
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention(q, k, v, out, enc, phi, linear_options{.causal = true, .head_decays = one_decay}),
+                       doctest::Contains("'options.head_decays' must be empty on a single-head call"), lrpe::parameter_error);
+  // d = 0 is named as such
+  const rm<T> q0(4, 0), k0(5, 0);
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention(q0, k0, v, out, lrpe::no_encoding{}, lrpe::feature_maps::identity{}),
+                       doctest::Contains("'q.cols' must be >= 1"), lrpe::shape_error);
   CHECK_THROWS_WITH_AS(lrpe::linear_attention(q, k, v, out, enc, phi, linear_options{.chunk = 0}),
                        doctest::Contains("'options.chunk'"), lrpe::parameter_error);
   for (double bad : {0.0, -0.5, 1.5}) {

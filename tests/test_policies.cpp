@@ -217,6 +217,28 @@ void check_throws(F&& f, const char* needle) {
 }
 }  // namespace
 
+TEST_CASE("lrpe::check: positions at the ends of int64 and a NaN tolerance are errors, not undefined behaviour") {
+  const lrpe::rope_neox<double> e(8);
+  constexpr position_t lo = std::numeric_limits<position_t>::min(), hi = std::numeric_limits<position_t>::max();
+  // t − s past int64: an error naming t (it used to overflow, then report a bogus failure)
+  check_throws<lrpe::parameter_error>([&] { (void)lrpe::check::relative(e, lo, hi); }, "'t' must keep t - s within int64");
+  check_throws<lrpe::parameter_error>([&] { (void)lrpe::check::relative(e, hi, lo); }, "'t' must keep t - s within int64");
+  // the extremes themselves are fine: t − s = hi, and |INT64_MIN| in the default tolerance
+  CHECK(lrpe::check::relative(e, lo, -1).passed);
+  CHECK(lrpe::check::relative(e, 0, hi).passed);
+  check_throws<lrpe::parameter_error>([&] { (void)lrpe::check::relative(e, -1, hi); }, "(s = -1)");
+  CHECK(lrpe::check::unitarity(e, {lo, hi}).passed);
+  // s + c past int64 (it used to wrap and report "passed")
+  check_throws<lrpe::parameter_error>([&] { (void)lrpe::check::shift_invariance(e, hi, 0, 5); }, "'c' must keep s + c within int64");
+  check_throws<lrpe::parameter_error>([&] { (void)lrpe::check::shift_invariance(e, 0, lo, -1); }, "'c' must keep t + c within int64");
+  CHECK(lrpe::check::shift_invariance(e, hi - 5, 0, 5).passed);
+  // a NaN tolerance is a domain error on every check (every comparison with it is false)
+  check_throws<lrpe::domain_error>([&] { (void)lrpe::check::relative(e, 1, 2, std::nan("")); }, "'tol' must be a number");
+  check_throws<lrpe::domain_error>([&] { (void)lrpe::check::unitarity(e, {0}, std::nan("")); }, "lrpe::check::unitarity");
+  check_throws<lrpe::domain_error>([&] { (void)lrpe::check::identity_at_zero(e, std::nan("")); }, "'tol'");
+  check_throws<lrpe::domain_error>([&] { (void)lrpe::check::shift_invariance(e, 1, 2, 3, 1, std::nan("")); }, "'tol'");
+}
+
 TEST_CASE("every foundation error path throws the documented type with a message naming the argument") {
   using lrpe::domain_error;
   using lrpe::parameter_error;
@@ -226,7 +248,8 @@ TEST_CASE("every foundation error path throws the documented type with a message
   check_throws<shape_error>([] { lrpe::p::dct<float>(0); }, "lrpe::p::dct");
   check_throws<shape_error>([] { lrpe::p::dft<double>(-3); }, "got -3");
   check_throws<shape_error>([] { lrpe::type1<float>(0); }, "dim");
-  check_throws<shape_error>([] { lrpe::rope_gptj<float>(1); }, "rotary_dim");
+  check_throws<shape_error>([] { lrpe::rope_gptj<float>(1); }, "'d' must be >= 2 (RoPE rotates pairs of features); got 1");
+  check_throws<shape_error>([] { lrpe::rope_neox<double>(0); }, "'d' must be >= 2");
   // Householder: zero, non-finite, empty
   check_throws<parameter_error>([] { lrpe::p::householder<float>(std::vector<float>{0, 0, 0}); }, "'v' must be a nonzero vector");
   check_throws<domain_error>([] { lrpe::p::householder<double>(std::vector<double>{1, std::nan(""), 0}); }, "'v' must be finite");
@@ -244,6 +267,13 @@ TEST_CASE("every foundation error path throws the documented type with a message
     m(0, 1) = std::nan("");
     lrpe::p::dense<double>{m};
   }, "finite");
+  // Dense P's tolerance: a NaN names 'tol' (not 'm'); an infinite one would accept any matrix
+  check_throws<domain_error>([] { lrpe::p::dense<double>(Eigen::MatrixXd::Identity(3, 3), std::nan("")); }, "'tol' must be a number");
+  check_throws<parameter_error>([] { lrpe::p::dense<double>(Eigen::MatrixXd::Ones(3, 3), INFINITY); }, "'tol' must be finite");
+  // The generator: an empty range, a negative size
+  check_throws<parameter_error>([] { (void)lrpe::generator(1).below(0); }, "lrpe::generator::below: argument 'n' must be >= 1; got 0");
+  check_throws<parameter_error>([] { (void)lrpe::generator(1).permutation(-1); }, "'d' must be >= 0; got -1");
+  CHECK(lrpe::generator(1).permutation(0).empty());
   // Rotation: width, odd, frequencies
   check_throws<shape_error>([] { lrpe::lambda::rotation<float>(4, std::vector<double>{1, 2, 3}); }, "theta.size()");
   check_throws<shape_error>([] { lrpe::lambda::rotation<float>(4, std::vector<double>{}); }, "theta.size()");

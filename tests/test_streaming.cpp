@@ -164,6 +164,30 @@ TEST_CASE("streaming: errors") {
   // another value_dim: the length no longer fits 7 + f·(dv + 1)
   CHECK_THROWS_WITH_AS(lrpe::linear_attention_snapshot<T>::from_flat(corrupt(2, 3.0)), doctest::Contains("'flat.size()'"),
                        lrpe::shape_error);
+  // S and z entries must fit the state's type (a finite double past float's range would turn into
+  // ±∞); NaN and ±∞ are what a state that met them holds, and round-trip
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention_snapshot<float>::from_flat(corrupt(7, 1e300)),
+                       doctest::Contains("'flat' must hold S and z entries within the state type's range (entry 7)"),
+                       lrpe::parameter_error);
+  CHECK_NOTHROW(lrpe::linear_attention_snapshot<T>::from_flat(corrupt(7, 1e300)));  // fits double
+  {
+    const auto s = lrpe::linear_attention_snapshot<float>::from_flat(corrupt(8, double(NAN)));
+    CHECK(std::isnan(lrpe::linear_attention_state<float>(s).kv()(0, 1)));
+  }
+  // A snapshot's sizes are checked before anything is allocated for it (and f·dv never formed).
+  {
+    lrpe::linear_attention_snapshot<T> huge;
+    huge.feature_dim = lrpe::index_t{1} << 40;
+    huge.value_dim = 4;
+    CHECK_THROWS_WITH_AS(lrpe::linear_attention_state<T>{huge}, doctest::Contains("'snapshot.kv'"), lrpe::shape_error);
+    huge.feature_dim = lrpe::index_t{1} << 62;
+    CHECK_THROWS_WITH_AS(lrpe::linear_attention_state<T>{huge}, doctest::Contains("'snapshot.kv'"), lrpe::shape_error);
+    huge.feature_dim = 0;
+    CHECK_THROWS_WITH_AS(lrpe::linear_attention_state<T>{huge}, doctest::Contains("'snapshot.feature_dim'"), lrpe::shape_error);
+    auto bad_sum = st.export_state();
+    bad_sum.k_sum.pop_back();
+    CHECK_THROWS_WITH_AS(lrpe::linear_attention_state<T>{bad_sum}, doctest::Contains("'snapshot.k_sum'"), lrpe::shape_error);
+  }
   // segment calls: state shape, decay and positions must match
   const rm<T> q = rm<T>::Ones(3, 4), vv = rm<T>::Ones(3, 2);
   rm<T> o(3, 2);

@@ -158,6 +158,9 @@ class rope_gptj : public encoder<p::identity<T>, lambda::rotation<T>> {
       : base_t(p::identity<T>(d), lambda::rotation<T>(d, rope_theta(d, base, rotary_dim), pairing::interleaved)) {}
 
   static std::vector<double> rope_theta(index_t d, double base, index_t rotary_dim) {
+    // d is checked first: with rotary_dim = 0 (every feature) a d below 2 would otherwise be
+    // reported as the rotary_dim it implies.
+    detail::require_shape(d >= 2, "lrpe::rope", "d", "must be >= 2 (RoPE rotates pairs of features)", d);
     if (rotary_dim == 0) rotary_dim = d - d % 2;
     detail::require_shape(rotary_dim >= 2 && rotary_dim % 2 == 0 && rotary_dim <= d, "lrpe::rope",
                           "rotary_dim", detail::lazy_concat("must be even and in [2, d = ", d, "]"), rotary_dim);

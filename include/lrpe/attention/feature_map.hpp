@@ -18,11 +18,13 @@
  */
 #pragma once
 
+#include <lrpe/core/error.hpp>
 #include <lrpe/core/traits.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <concepts>
+#include <type_traits>
 
 namespace lrpe {
 inline namespace v0 {
@@ -65,6 +67,16 @@ struct identity {
 }  // namespace feature_maps
 
 namespace detail {
+/// The parameters of lrpe's own maps: relu_eps's ε finite and ≥ 0 (a NaN ε would make every
+/// feature NaN, a negative one negative features). User maps are their authors' to check.
+template <class Phi>
+void require_feature_map(const Phi& phi, const char* where, const char* arg = "phi") {
+  if constexpr (std::is_same_v<Phi, feature_maps::relu_eps>) {
+    if (!std::isfinite(phi.eps)) fail<domain_error>(where, arg, "must have a finite eps (relu_eps)", phi.eps);
+    require_parameter(phi.eps >= 0, where, arg, "must have eps >= 0 (relu_eps)", phi.eps);
+  }
+}
+
 /// y = φ(x) for one row of d elements (x and y may alias for elementwise maps).
 template <class T, class F>
 void apply_feature_map(const F& f, const T* x, T* y, index_t d) {

@@ -134,7 +134,12 @@ void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<c
   }
   const call_span span = validate_qkv(q, k, v, out, options.q_positions, options.k_positions, where);
   if constexpr (!std::is_same_v<Encoding, no_encoding>) require_encoding_dim<T>(encoding, q.cols, where);
-  require_eps(options.eps, where);
+  require_eps<T>(options.eps, where);
+  require_feature_map(phi, where);
+  // Per-head decays belong to multi-head calls (heads_view); here they would be ignored.
+  require_parameter(options.head_decays.empty(), where, "options.head_decays",
+                    "must be empty on a single-head call (one head's decay is options.decay)",
+                    lazy_concat("size ", options.head_decays.size()));
   require_parameter(options.chunk >= 1, where, "options.chunk", "must be >= 1", options.chunk);
   require_decay(options.decay, where);
   require_parameter(options.causal || options.decay == 1.0, where, "options.decay",

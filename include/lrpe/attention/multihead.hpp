@@ -72,7 +72,9 @@ template <class T>
 void validate_heads(const heads_view<T>& x, const char* where, const char* arg) {
   require_shape(x.batch >= 0 && x.heads >= 0 && x.seq >= 0 && x.dim >= 0, where, arg,
                 "must have non-negative extents", lazy_concat(x.batch, "x", x.heads, "x", x.seq, "x", x.dim));
-  require_shape(x.seq <= 1 || x.seq_stride >= x.dim, where, arg,
+  // (no rows, no stride to check: a view with 0 heads in BSNH has seq_stride = 0, and its error
+  // is the heads count, which the callers' batch/heads checks name)
+  require_shape(x.seq <= 1 || x.batch == 0 || x.heads == 0 || x.seq_stride >= x.dim, where, arg,
                 lazy_concat("must have seq_stride >= dim (", x.dim, ")"), x.seq_stride);
 }
 
@@ -294,6 +296,7 @@ void linear_attention_heads(const heads_view<TQ>& q, const heads_view<TK>& k, co
   require_kv_heads(q, k, where, "k");
   require_same_bh(k, v, where, "v");
   require_same_bh(q, out, where, "out");
+  require_feature_map(phi, where);
   if (!options.head_decays.empty()) {
     require_size(static_cast<index_t>(options.head_decays.size()), q.heads, where, "options.head_decays");
     for (double lambda : options.head_decays) require_decay(lambda, where, "options.head_decays[h]");

@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <concepts>
+#include <limits>
 #include <optional>
 #include <span>
 #include <type_traits>
@@ -75,13 +76,15 @@ enum class normalisation {
  *
  * - `causal`: key t visible to query s iff k_positions[t] ≤ q_positions[s]; causal attention
  *   requires non-decreasing positions in Q and in K.
- * - `norm`, `eps`: see `normalisation`; eps > 0 (default 1e-6, as the reference code).
+ * - `norm`, `eps`: see `normalisation`; eps > 0, also once rounded to the scalar type (default
+ *   1e-6, as the reference code).
  * - `chunk`: query rows per chunk of the causal algorithm (≥ 1); a tuning parameter (results
  *   agree to rounding for any value). The SIMD backend uses chunks of one vector width instead
  *   for causal self-attention with d_f and d_v multiples of it (docs/performance.md).
  * - `decay`: λ ∈ (0, 1] (1 = none); λ < 1 requires `causal`. Applied by recurrence and
  *   chunk-local factors λ^{Δ} with Δ ≥ 0 only, never as λ^{−t}.
- * - `head_decays`: per-head λ for the multi-head entry points (empty: `decay` for every head).
+ * - `head_decays`: per-head λ for the multi-head entry points (empty: `decay` for every head);
+ *   a single-head call rejects a non-empty one (`parameter_error`) rather than ignore it.
  */
 struct linear_options {
   bool causal = false;
@@ -140,9 +143,15 @@ double reweight_at(const C& c, position_t s, position_t t) {
   }
 }
 
-inline void require_eps(double eps, const char* where) {
-  if (std::isnan(eps)) fail<domain_error>(where, "options.eps", "must be finite and > 0", eps);
-  require_parameter(eps > 0 && std::isfinite(eps), where, "options.eps", "must be finite and > 0", eps);
+/// eps of a denominator normalisation, applied in T: finite and > 0 also once rounded to T (1e-300
+/// is > 0 in double and 0 in float, where max(den, eps) would then divide by zero).
+template <class T = double>
+void require_eps(double eps, const char* where, const char* arg = "options.eps") {
+  if (std::isnan(eps)) fail<domain_error>(where, arg, "must be finite and > 0", eps);
+  require_parameter(eps > 0 && std::isfinite(eps), where, arg, "must be finite and > 0", eps);
+  require_parameter(static_cast<T>(eps) > T(0), where, arg,
+                    lazy_concat("must be > 0 in the scalar type (at least ", std::numeric_limits<T>::denorm_min(), ")"),
+                    eps);
 }
 
 inline void require_decay(double decay, const char* where, const char* arg = "options.decay") {

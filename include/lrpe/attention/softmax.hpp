@@ -44,6 +44,7 @@ call_span validate_qkv(const matrix_view<const T>& q, const matrix_view<const T>
   validate(k, where, "k");
   validate(v, where, "v");
   validate(out, where, "out");
+  require_shape(q.cols >= 1, where, "q.cols", "must be >= 1 (the width d of q and k)", q.cols);
   require_shape(k.cols == q.cols, where, "k.cols", lazy_concat("must equal q.cols = ", q.cols), k.cols);
   require_shape(v.rows == k.rows, where, "v.rows", lazy_concat("must equal k.rows = ", k.rows), v.rows);
   require_shape(out.rows == q.rows, where, "out.rows", lazy_concat("must equal q.rows = ", q.rows), out.rows);

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -90,6 +91,14 @@ struct linear_attention_snapshot {
     s.last_position = static_cast<position_t>(u);
     s.count = static_cast<index_t>(count);
     const auto nkv = static_cast<std::size_t>(s.feature_dim * s.value_dim);
+    // Entries must fit T: a finite double beyond T's range would become ±∞ silently (NaN and ±∞
+    // pass: they are what a state that saw them holds, and round-trip).
+    for (std::size_t i = 7; i < flat.size(); ++i) {
+      const double x = flat[i];
+      detail::require_parameter(!std::isfinite(x) || std::abs(x) <= static_cast<double>(std::numeric_limits<T>::max()),
+                                where, "flat", detail::lazy_concat("must hold S and z entries within the state type's range (entry ", i, ")"),
+                                x);
+    }
     s.kv.assign(flat.begin() + 7, flat.begin() + 7 + static_cast<std::ptrdiff_t>(nkv));
     s.k_sum.assign(flat.begin() + 7 + static_cast<std::ptrdiff_t>(nkv), flat.end());
     return s;
@@ -127,11 +136,7 @@ class linear_attention_state {
 
   /// Resumes an exported state. @throws shape_error / parameter_error on an inconsistent snapshot.
   explicit linear_attention_state(const linear_attention_snapshot<T>& s)
-      : linear_attention_state(s.feature_dim, s.value_dim, s.decay) {
-    constexpr const char* where = "lrpe::linear_attention_state";
-    detail::require_size(static_cast<index_t>(s.kv.size()), s.feature_dim * s.value_dim, where, "snapshot.kv");
-    detail::require_size(static_cast<index_t>(s.k_sum.size()), s.feature_dim, where, "snapshot.k_sum");
-    detail::require_shape(s.count >= 0, where, "snapshot.count", "must be >= 0", s.count);
+      : linear_attention_state(checked(s).feature_dim, s.value_dim, s.decay) {
     for (index_t i = 0; i < s.feature_dim; ++i) {
       for (index_t j = 0; j < s.value_dim; ++j) kv_(i, j) = s.kv[static_cast<std::size_t>(i * s.value_dim + j)];
       k_sum_[i] = s.k_sum[static_cast<std::size_t>(i)];
@@ -282,7 +287,7 @@ class linear_attention_state {
       den += qi * k_sum_[i];
     }
     if (norm == normalisation::denominator) {
-      detail::require_eps(eps, where);
+      detail::require_eps<T>(eps, where, "eps");
       const T inv = T(1) / std::max(den, static_cast<T>(eps));
       for (index_t j = 0; j < dv; ++j) out[j] *= inv;
     }
@@ -298,6 +303,22 @@ class linear_attention_state {
   }
 
  private:
+  /// A snapshot's sizes, checked before anything is allocated for it (and without forming
+  /// feature_dim × value_dim, which may overflow for a corrupted snapshot).
+  static const linear_attention_snapshot<T>& checked(const linear_attention_snapshot<T>& s) {
+    constexpr const char* where = "lrpe::linear_attention_state";
+    detail::require_dim(s.feature_dim, where, "snapshot.feature_dim");
+    detail::require_dim(s.value_dim, where, "snapshot.value_dim");
+    const auto nkv = static_cast<index_t>(s.kv.size());
+    detail::require_shape(nkv % s.value_dim == 0 && nkv / s.value_dim == s.feature_dim, where, "snapshot.kv",
+                          detail::lazy_concat("must have feature_dim × value_dim = ", s.feature_dim, " × ", s.value_dim,
+                                              " entries"),
+                          nkv);
+    detail::require_size(static_cast<index_t>(s.k_sum.size()), s.feature_dim, where, "snapshot.k_sum");
+    detail::require_shape(s.count >= 0, where, "snapshot.count", "must be >= 0", s.count);
+    return s;
+  }
+
   void require_not_before(position_t t, const char* where, const char* arg) const {
     if (!empty()) {
       detail::require_parameter(t >= last_, where, arg,
@@ -330,6 +351,7 @@ class linear_attention_state {
                   "lrpe::linear_attention_state: the encoding is not linearizable (it has no "
                   "per-position feature map); use softmax_attention (docs/attention.md)");
     static_assert(feature_map<Phi, T>, "lrpe::linear_attention_state: phi must satisfy lrpe::feature_map");
+    detail::require_feature_map(phi, where);
     if constexpr (std::is_same_v<Encoding, no_encoding>) {
       detail::apply_feature_map(phi, x, features, feature_dim());
     } else if constexpr (is_linearizable_encoding_v<Encoding>) {

@@ -19,6 +19,7 @@
 #include <lrpe/core/random.hpp>
 #include <lrpe/core/view.hpp>
 
+#include <cmath>
 #include <complex>
 #include <concepts>
 #include <cstdlib>
@@ -70,9 +71,23 @@ struct report {
 /// checked at positions s and t. The position term is for user encoders that form the angle as
 /// one rounded double fl(s·θ); lrpe's own encoders, whose angles are exact (docs/math.md
 /// §Angles), meet `default_tolerance(e)` — 16·d·ε(T) — at every position.
+namespace detail {
+/// |s| in double (exact to a rounding, and defined for INT64_MIN, whose std::abs is not).
+inline double abs_position(position_t s) noexcept { return s < 0 ? -static_cast<double>(s) : static_cast<double>(s); }
+
+/// a + b, or a `parameter_error` naming `arg` when it does not fit in position_t.
+inline position_t add_positions(position_t a, position_t b, const char* where, const char* arg, const char* expr) {
+  position_t r;
+  if (__builtin_add_overflow(a, b, &r))
+    ::lrpe::detail::fail<parameter_error>(where, arg,
+                                          ::lrpe::detail::lazy_concat("must keep ", expr, " within int64 [-2^63, 2^63 - 1]"), b);
+  return r;
+}
+}  // namespace detail
+
 template <class E>
 double default_tolerance(const E& e, position_t s = 0, position_t t = 0) {
-  const auto mag = static_cast<double>(std::abs(s)) + static_cast<double>(std::abs(t));
+  const auto mag = detail::abs_position(s) + detail::abs_position(t);
   return 16.0 * static_cast<double>(e.dim()) *
              static_cast<double>(std::numeric_limits<typename E::scalar>::epsilon()) +
          8.0 * mag * std::numeric_limits<double>::epsilon();
@@ -104,7 +119,13 @@ void fold_max(report& r, const M& diff, position_t s, position_t t) {
   }
 }
 
-inline double resolve(double tol, double fallback) { return tol < 0 ? fallback : tol; }
+/// `tol`, or `fallback` when negative; a NaN tolerance is a `domain_error` (every comparison with
+/// it would fail, or pass, silently).
+inline double resolve(double tol, double fallback, const char* where) {
+  if (std::isnan(tol))
+    ::lrpe::detail::fail<domain_error>(where, "tol", "must be a number (negative: the default tolerance)", tol);
+  return tol < 0 ? fallback : tol;
+}
 }  // namespace detail
 
 /**
@@ -114,7 +135,7 @@ inline double resolve(double tol, double fallback) { return tol < 0 ? fallback :
 template <checkable_encoder E>
 report unitarity(const E& e, std::span<const position_t> positions, double tol = -1) {
   using V = typename E::value_type;
-  report r{"W_s^H W_s = I and M_s^H M_s = I", true, 0, detail::resolve(tol, default_tolerance(e))};
+  report r{"W_s^H W_s = I and M_s^H M_s = I", true, 0, detail::resolve(tol, default_tolerance(e), "lrpe::check::unitarity")};
   const auto id = dense_matrix<detail::ld_t<V>>::Identity(e.dim(), e.dim());
   for (position_t s : positions) {
     const auto w = detail::to_ld(dense_matrix<V>(e.relative_matrix(s)));
@@ -139,10 +160,15 @@ report unitarity(const E& e, std::initializer_list<position_t> positions, double
 template <checkable_encoder E>
 report relative(const E& e, position_t s, position_t t, double tol = -1) {
   using V = typename E::value_type;
-  report r{"W_s^H W_t = W_{t-s}", true, 0, detail::resolve(tol, default_tolerance(e, s, t))};
+  constexpr const char* where = "lrpe::check::relative";
+  report r{"W_s^H W_t = W_{t-s}", true, 0, detail::resolve(tol, default_tolerance(e, s, t), where)};
+  position_t delta;
+  if (__builtin_sub_overflow(t, s, &delta))
+    ::lrpe::detail::fail<parameter_error>(where, "t", ::lrpe::detail::lazy_concat("must keep t - s within int64 (s = ", s, ")"),
+                                          t);
   const auto ws = detail::to_ld(dense_matrix<V>(e.relative_matrix(s)));
   const auto wt = detail::to_ld(dense_matrix<V>(e.relative_matrix(t)));
-  const auto wd = detail::to_ld(dense_matrix<V>(e.relative_matrix(t - s)));
+  const auto wd = detail::to_ld(dense_matrix<V>(e.relative_matrix(delta)));
   detail::fold_max(r, (ws.adjoint() * wt - wd).eval(), s, t);
   r.passed = r.max_error <= r.tolerance;
   return r;
@@ -152,7 +178,7 @@ report relative(const E& e, position_t s, position_t t, double tol = -1) {
 template <checkable_encoder E>
 report identity_at_zero(const E& e, double tol = -1) {
   using V = typename E::value_type;
-  report r{"W_0 = I", true, 0, detail::resolve(tol, default_tolerance(e))};
+  report r{"W_0 = I", true, 0, detail::resolve(tol, default_tolerance(e), "lrpe::check::identity_at_zero")};
   const auto w0 = detail::to_ld(dense_matrix<V>(e.relative_matrix(0)));
   detail::fold_max(r, (w0 - dense_matrix<detail::ld_t<V>>::Identity(e.dim(), e.dim())).eval(), 0, 0);
   r.passed = r.max_error <= r.tolerance;
@@ -168,15 +194,20 @@ template <class E>
 report shift_invariance(const E& e, position_t s, position_t t, position_t c,
                         std::uint64_t seed = 1, double tol = -1) {
   using T = typename E::scalar;
+  constexpr const char* where = "lrpe::check::shift_invariance";
+  const position_t sc = detail::add_positions(s, c, where, "c", "s + c");
+  const position_t tc = detail::add_positions(t, c, where, "c", "t + c");
+  // The tolerance's position term at |s| + |c| and |t| + |c| (in double: no overflow).
+  const double mag = detail::abs_position(s) + detail::abs_position(t) + 2 * detail::abs_position(c);
   report r{"score(s, t) = score(s+c, t+c)", true, 0,
-           detail::resolve(tol, default_tolerance(e, std::abs(s) + std::abs(c), std::abs(t) + std::abs(c)))};
+           detail::resolve(tol, default_tolerance(e) + 8.0 * mag * std::numeric_limits<double>::epsilon(), where)};
   generator g(seed);
   std::vector<T> q(static_cast<std::size_t>(e.dim())), k(q.size());
   double nq = 0, nk = 0;
   for (auto& x : q) { x = static_cast<T>(2 * g.uniform01() - 1); nq += double(x) * double(x); }
   for (auto& x : k) { x = static_cast<T>(2 * g.uniform01() - 1); nk += double(x) * double(x); }
   const double a = e.score(q.data(), s, k.data(), t);
-  const double b = e.score(q.data(), s + c, k.data(), t + c);
+  const double b = e.score(q.data(), sc, k.data(), tc);
   r.max_error = std::abs(a - b) / std::sqrt(nq * nk);
   if (std::isnan(r.max_error)) r.max_error = std::numeric_limits<double>::infinity();
   r.s = s;

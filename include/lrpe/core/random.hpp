@@ -18,6 +18,7 @@
 #pragma once
 
 #include <lrpe/core/config.hpp>
+#include <lrpe/core/error.hpp>
 
 #include <cmath>
 #include <cstdint>
@@ -52,7 +53,9 @@ class generator {
   constexpr double uniform01() noexcept { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
 
   /// Unbiased integer in [0, n), n >= 1 (rejection of the top partial block, then modulo).
-  constexpr std::uint64_t below(std::uint64_t n) noexcept {
+  /// @throws parameter_error if n = 0 (the range is empty).
+  constexpr std::uint64_t below(std::uint64_t n) {
+    if (n == 0) detail::fail<parameter_error>("lrpe::generator::below", "n", "must be >= 1", n);
     const std::uint64_t limit = UINT64_MAX - UINT64_MAX % n;  // a multiple of n
     std::uint64_t x = next();
     while (x >= limit) x = next();
@@ -66,8 +69,9 @@ class generator {
     return std::sqrt(-2.0 * std::log1p(-u1)) * std::cos(2.0 * std::numbers::pi * u2);
   }
 
-  /// A uniformly random permutation of 0..d-1 (Fisher–Yates).
+  /// A uniformly random permutation of 0..d-1 (Fisher–Yates). @throws parameter_error if d < 0.
   std::vector<index_t> permutation(index_t d) {
+    if (d < 0) detail::fail<parameter_error>("lrpe::generator::permutation", "d", "must be >= 0", d);
     std::vector<index_t> p(static_cast<std::size_t>(d));
     std::iota(p.begin(), p.end(), index_t{0});
     for (index_t i = d - 1; i > 0; --i) {

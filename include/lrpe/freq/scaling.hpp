@@ -71,7 +71,13 @@ inline double dynamic_ntk_base(double base, double factor, double length, double
 
 /// YaRN's correction dimension for `rotations` full turns over `original_length`:
 /// dim·ln(L_orig/(2π r)) / (2 ln base).
+/// @throws domain_error / parameter_error unless rotations, original_length > 0, dim ≥ 1, base > 1.
 inline double yarn_correction_dim(double rotations, index_t dim, double base, double original_length) {
+  constexpr const char* where = "lrpe::freq::yarn_correction_dim";
+  detail_::require_positive(rotations, where, "rotations");
+  detail::require_shape(dim >= 1, where, "dim", "must be >= 1", dim);
+  detail_::require_base(base, where);
+  detail_::require_positive(original_length, where, "original_length");
   return static_cast<double>(dim) * std::log(original_length / (2.0 * std::numbers::pi * rotations)) /
          (2.0 * std::log(base));
 }
@@ -89,6 +95,11 @@ inline std::vector<double> yarn(std::span<const double> theta, double factor, do
   detail_::require_positive(original_length, where, "original_length");
   detail_::require_positive(beta_fast, where, "beta_fast");
   detail_::require_positive(beta_slow, where, "beta_slow");
+  // low = corr(β_fast) ≤ high = corr(β_slow): more rotations, a lower correction dimension
+  detail::require_parameter(beta_fast >= beta_slow, where, "beta_fast",
+                            detail::lazy_concat("must be >= beta_slow = ", beta_slow, " (the ramp runs from beta_fast's "
+                                                "correction dimension up to beta_slow's)"),
+                            beta_fast);
   std::vector<double> out = user(theta);
   const auto dim = 2 * static_cast<index_t>(out.size());
   detail::require_shape(dim >= 2, where, "theta.size()", "must be >= 1", out.size());
@@ -105,7 +116,10 @@ inline std::vector<double> yarn(std::span<const double> theta, double factor, do
 }
 
 /// YaRN's attention factor 0.1·ln(factor) + 1 (1.138629 for factor 4); 1 for factor ≤ 1.
+/// @throws domain_error if factor is not finite.
 inline double yarn_attention_factor(double factor) {
+  if (!std::isfinite(factor))
+    throw domain_error(detail::concat("lrpe::freq::yarn_attention_factor: argument 'factor' must be finite; got ", factor));
   return factor <= 1.0 ? 1.0 : 0.1 * std::log(factor) + 1.0;
 }
 

@@ -78,6 +78,8 @@ inline std::vector<index_t> hf_to_meta_rows(index_t head_dim) {
 /// Row order that turns a Meta (interleaved) head into HF's split-half one: hf[j] = meta[result[j]]
 /// (the inverse of `hf_to_meta_rows`, i.e. HF's conversion-script permutation).
 inline std::vector<index_t> meta_to_hf_rows(index_t head_dim) {
+  detail::require_shape(head_dim >= 2 && head_dim % 2 == 0, "lrpe::interop::meta_to_hf_rows", "head_dim",
+                        "must be even and >= 2", head_dim);
   const auto fwd = hf_to_meta_rows(head_dim);
   std::vector<index_t> inv(fwd.size());
   for (std::size_t j = 0; j < fwd.size(); ++j) inv[static_cast<std::size_t>(fwd[j])] = static_cast<index_t>(j);

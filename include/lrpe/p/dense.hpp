@@ -34,8 +34,8 @@ class dense {
   /**
    * @param m the matrix (d×d).
    * @param tol unitarity tolerance on max |(PᴴP − I)_ij|; negative means `default_tolerance(d)`.
-   * @throws shape_error if not square or empty; domain_error if not finite;
-   *         parameter_error if not unitary within tol.
+   * @throws shape_error if not square or empty; domain_error if m is not finite or tol is NaN;
+   *         parameter_error if tol is infinite or m is not unitary within tol.
    */
   explicit dense(dense_matrix<S> m, double tol = -1) : m_(std::move(m)) {
     constexpr const char* where = "lrpe::p::dense";
@@ -43,6 +43,9 @@ class dense {
     detail::require_shape(m_.rows() == m_.cols(), where, "m", "must be square",
                           detail::lazy_concat(m_.rows(), "x", m_.cols()));
     if (!m_.allFinite()) throw domain_error(detail::concat(where, ": argument 'm' must be finite"));
+    if (std::isnan(tol)) detail::fail<domain_error>(where, "tol", "must be a number (negative: the default tolerance)", tol);
+    detail::require_parameter(std::isfinite(tol), where, "tol",
+                              "must be finite (an infinite tolerance would accept any matrix as unitary)", tol);
     if (tol < 0) tol = default_tolerance(m_.rows());
     const double err = static_cast<double>(
         (m_.adjoint() * m_ - dense_matrix<S>::Identity(m_.rows(), m_.cols())).cwiseAbs().maxCoeff());

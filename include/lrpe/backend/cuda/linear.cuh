@@ -55,7 +55,8 @@ inline constexpr index_t max_decay_heads = 64;
 inline device_feature_map to_device(feature_maps::identity) noexcept { return {phi_kind::identity, 0.0f}; }
 inline device_feature_map to_device(feature_maps::elu_plus_one) noexcept { return {phi_kind::elu_plus_one, 0.0f}; }
 inline device_feature_map to_device(feature_maps::relu) noexcept { return {phi_kind::relu, 0.0f}; }
-inline device_feature_map to_device(feature_maps::relu_eps m) noexcept {
+inline device_feature_map to_device(feature_maps::relu_eps m) {
+  ::lrpe::detail::require_feature_map(m, "lrpe::cuda::linear_attention");
   return {phi_kind::relu_eps, static_cast<float>(m.eps)};
 }
 inline device_feature_map to_device(device_feature_map m) noexcept { return m; }
@@ -292,7 +293,7 @@ void linear_launch(const encoder_desc& enc, device_feature_map phi, device_view<
   using ::lrpe::detail::lazy_concat;
   using ::lrpe::detail::require_shape;
   validate_attention_views(enc, q, k, v, out, where);
-  ::lrpe::detail::require_eps(o.eps, where);
+  ::lrpe::detail::require_eps<float>(o.eps, where);  // applied in fp32 for every storage type
   ::lrpe::detail::require_decay(o.decay, where);
   linear_params p{};
   if (!o.head_decays.empty()) {
