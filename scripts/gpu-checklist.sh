@@ -5,7 +5,8 @@
 #
 #   scripts/gpu-checklist.sh [parts...]     parts: tests sanitize peer bench (default: tests peer bench)
 #
-#   tests     build test_cuda_kernels and bench_cuda; run the tests (must not skip), twice
+#   tests     build test_cuda_kernels, bench_cuda and example_cuda_quickstart; run the tests (must not
+#             skip) twice, then the example
 #   sanitize  compute-sanitizer memcheck and racecheck on the tests (slow: a call of its own)
 #   peer      bench/torch_gpu_peer.py (HF rotary, SDPA FlashAttention, copy bandwidth)
 #   bench     bench_cuda, then bench/cuda_summary.py against the peer's results
@@ -29,15 +30,16 @@ export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRAR
 { nvidia-smi; nvcc --version; cmake --version | head -n1; c++ --version | head -n1; } >"$out/versions.txt" 2>&1
 
 if want tests || want sanitize || want bench; then
-  if ! cmake -S . -B build/cuda -DCMAKE_BUILD_TYPE=Release -DLRPE_ENABLE_CUDA=ON -DLRPE_BUILD_EXAMPLES=OFF \
+  if ! cmake -S . -B build/cuda -DCMAKE_BUILD_TYPE=Release -DLRPE_ENABLE_CUDA=ON -DLRPE_BUILD_EXAMPLES=ON \
       -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$deps" \
       -Dbenchmark_DIR="$deps/lib/x86_64-linux-gnu/cmake/benchmark" >"$out/configure.log" 2>&1 ||
-     ! cmake --build build/cuda --target test_cuda_kernels bench_cuda -j "$(nproc)" >"$out/build.log" 2>&1; then
+     ! cmake --build build/cuda --target test_cuda_kernels bench_cuda example_cuda_quickstart -j "$(nproc)" \
+         >"$out/build.log" 2>&1; then
     tail -n 40 "$out/configure.log" "$out/build.log" 2>/dev/null
     note "configure or build FAILED (logs: configure.log, build.log)"
     exit 1
   fi
-  note "built test_cuda_kernels and bench_cuda"
+  note "built test_cuda_kernels, bench_cuda and example_cuda_quickstart"
 fi
 
 if want tests; then
@@ -56,6 +58,12 @@ if want tests; then
     note "measured errors DIFFER between the two runs (cuda_tests_diff.txt): a race?"; status=1
   fi
   grep '^\[lrpe-error\]' "$out/cuda_tests_1.log" | sort -t: -k2 -g | tail -n 5 | sed 's/^/  largest: /'
+  # docs/cuda.md's snippet, checked against the CPU library (bf16 bounds)
+  ./build/cuda/examples/example_cuda_quickstart >"$out/cuda_quickstart.log" 2>&1
+  rc=$?
+  note "example_cuda_quickstart: exit $rc$(grep -q '\[lrpe-skip\]' "$out/cuda_quickstart.log" && echo ' (SKIPPED: no device)')"
+  sed 's/^/  /' "$out/cuda_quickstart.log"
+  ((rc == 0)) && ! grep -q '\[lrpe-skip\]' "$out/cuda_quickstart.log" || status=1
 fi
 
 if want sanitize; then
