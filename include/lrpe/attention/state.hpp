@@ -95,9 +95,9 @@ struct linear_attention_snapshot {
     // pass: they are what a state that saw them holds, and round-trip).
     for (std::size_t i = 7; i < flat.size(); ++i) {
       const double x = flat[i];
-      detail::require_parameter(!std::isfinite(x) || std::abs(x) <= static_cast<double>(std::numeric_limits<T>::max()),
-                                where, "flat", detail::lazy_concat("must hold S and z entries within the state type's range (entry ", i, ")"),
-                                x);
+      detail::require_parameter(
+          !std::isfinite(x) || std::abs(x) <= static_cast<double>(std::numeric_limits<T>::max()), where, "flat",
+          detail::lazy_concat("must hold S and z entries within the state type's range (entry ", i, ")"), x);
     }
     s.kv.assign(flat.begin() + 7, flat.begin() + 7 + static_cast<std::ptrdiff_t>(nkv));
     s.k_sum.assign(flat.begin() + 7 + static_cast<std::ptrdiff_t>(nkv), flat.end());

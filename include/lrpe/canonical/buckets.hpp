@@ -32,9 +32,10 @@ namespace canonical {
 /// clip or bucket it (exact there: every offset past the saturation point lands in the same
 /// clipped entry or bucket); t − s itself overflows for positions 2^63 or more apart.
 [[nodiscard]] constexpr position_t saturating_offset(position_t s, position_t t) noexcept {
+  constexpr position_t top = std::numeric_limits<position_t>::max();
   position_t d;
-  if (!__builtin_sub_overflow(t, s, &d)) return d == std::numeric_limits<position_t>::min() ? -std::numeric_limits<position_t>::max() : d;
-  return t > s ? std::numeric_limits<position_t>::max() : -std::numeric_limits<position_t>::max();
+  if (__builtin_sub_overflow(t, s, &d)) return t > s ? top : -top;
+  return std::max(d, -top);  // INT64_MIN itself (t − s = −2^63) reads as −(2^63 − 1) too
 }
 
 /// Shaw et al.'s clip(x, r) = max(−r, min(r, x)).

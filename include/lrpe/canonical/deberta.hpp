@@ -130,7 +130,8 @@ class deberta_v2 {
 
   /// The clamped table row c = clamp(log_bucket(s − t) + span, 0, 2·span − 1) of offset δ = t − s.
   [[nodiscard]] index_t table_index(position_t delta) const noexcept {
-    const position_t neg = delta == std::numeric_limits<position_t>::min() ? std::numeric_limits<position_t>::max() : -delta;
+    constexpr position_t top = std::numeric_limits<position_t>::max();
+    const position_t neg = delta == std::numeric_limits<position_t>::min() ? top : -delta;
     const position_t rel = cfg_.log_buckets()
                                ? deberta_log_bucket(neg, cfg_.position_buckets, cfg_.max_relative_positions)
                                : neg;

@@ -41,9 +41,9 @@ class toeplitz_bias {
   toeplitz_bias(index_t d, position_t max_distance, row_matrix<T> table) : d_(d), r_(max_distance) {
     constexpr const char* where = "lrpe::canonical::toeplitz_bias";
     lrpe::detail::require_shape(d >= 1, where, "d", "must be >= 1", d);
-    lrpe::detail::require_parameter(max_distance >= 0 && max_distance <= (std::numeric_limits<position_t>::max() - 1) / 2,
-                                    where, "max_distance", "must be in [0, 2^62 - 1] (the table has 2r + 1 columns)",
-                                    max_distance);
+    constexpr position_t max_r = (std::numeric_limits<position_t>::max() - 1) / 2;  // 2r + 1 fits
+    lrpe::detail::require_parameter(max_distance >= 0 && max_distance <= max_r, where, "max_distance",
+                                    "must be in [0, 2^62 - 1] (the table has 2r + 1 columns)", max_distance);
     lrpe::detail::require_shape(table.rows() >= 1 && table.cols() == 2 * max_distance + 1, where, "table",
                                 lrpe::detail::lazy_concat("must be heads x (2*max_distance+1) = heads x ", 2 * max_distance + 1,
                                                      " with heads >= 1"),

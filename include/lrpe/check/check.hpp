@@ -135,7 +135,8 @@ inline double resolve(double tol, double fallback, const char* where) {
 template <checkable_encoder E>
 report unitarity(const E& e, std::span<const position_t> positions, double tol = -1) {
   using V = typename E::value_type;
-  report r{"W_s^H W_s = I and M_s^H M_s = I", true, 0, detail::resolve(tol, default_tolerance(e), "lrpe::check::unitarity")};
+  report r{"W_s^H W_s = I and M_s^H M_s = I", true, 0,
+           detail::resolve(tol, default_tolerance(e), "lrpe::check::unitarity")};
   const auto id = dense_matrix<detail::ld_t<V>>::Identity(e.dim(), e.dim());
   for (position_t s : positions) {
     const auto w = detail::to_ld(dense_matrix<V>(e.relative_matrix(s)));

@@ -43,8 +43,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -252,8 +252,8 @@ class simd_encoder {
     if (pos.is_array()) return pos.size() == rows;
     return rows <= 1 || pos.offset() <= std::numeric_limits<position_t>::max() - (rows - 1);
   }
-  /// Shapes of x and out, and the positions against x.seq even when x holds no matrix (an
-  /// empty Q or K side's positions are still read when the other side compares against them).
+  /// Shapes of x and out, and the positions against x.seq even when x holds no matrix (as the
+  /// reference `encode_qk` does: a wrong-sized array is an error whatever the head count).
   void check_heads(const heads_view<const scalar>& x, const heads_view<scalar>& out, const positions& pos,
                    const char* where, const char* xn, const char* on, const char* pn) const {
     if (x.batch >= 0 && x.heads >= 0 && x.seq >= 0 && out.batch == x.batch && out.heads == x.heads) {
