@@ -115,6 +115,50 @@ TEST_CASE("buckets: offsets at the ends of int64 land in the last bucket or clip
   CHECK(deb.table_index(0) == 4);
 }
 
+TEST_CASE("pair forms at the ends of int64: smooth encodings in double, exact ones checked (no overflow)") {
+  constexpr position_t lo = std::numeric_limits<position_t>::min(), hi = std::numeric_limits<position_t>::max();
+  constexpr double two63 = 9223372036854775808.0;
+  // t − s = 2^64 − 1 and −(2^64 − 1): both round to ±2^64 in double
+  CHECK(lrpe::detail::offset_value(lo, hi) == 2 * two63);
+  CHECK(lrpe::detail::offset_value(hi, lo) == -2 * two63);
+  CHECK(lrpe::detail::offset_value(0, lo) == -two63);
+  CHECK(lrpe::detail::offset_value(-5, 12) == 17.0);
+  // ALiBi: m·(t − s) and −m·|t − s| with the offset in double, at any positions
+  const auto al = cn::alibi<double>::for_heads(2, 1, cn::alibi_form::causal);
+  const auto sym = cn::alibi<double>::for_heads(2, 1, cn::alibi_form::symmetric);
+  const double m = al.slope();
+  CHECK(al.bias(hi, lo) == -m * 2 * two63);
+  CHECK(al.bias(lo, hi) == m * 2 * two63);
+  CHECK(sym.bias(lo, hi) == -m * 2 * two63);
+  CHECK(al.bias(3, 10) == al.bias_at(7));
+  // cosFormer: cos(π(t − s)/2M); with M = 2^63 an offset of ±2^64 is the angle ±π (a wrapped
+  // t − s = ∓1 would read cos ≈ 1)
+  const cn::cosformer<double> cf(1, two63);
+  const double one = 1;
+  CHECK(cf.score(&one, lo, &one, hi) == doctest::Approx(-1.0).epsilon(1e-12));
+  CHECK(cf.score(&one, hi, &one, lo) == doctest::Approx(-1.0).epsilon(1e-12));
+  CHECK(cf.score(&one, 0, &one, lo) == doctest::Approx(0.0));  // −2^63: angle −π/2
+  // URPE: the bucket of a saturated offset is exact (the last bucket of its side)
+  rows c = rows::Zero(1, 64);
+  for (index_t b = 0; b < 64; ++b) c(0, b) = static_cast<double>(b);
+  const cn::urpe<double> u(cn::urpe<double>::default_buckets, c);
+  CHECK(u.weight(lo, hi) == 63);
+  CHECK(u.weight(hi, lo) == 31);
+  CHECK(u.weight(lo, hi) == u.weight_at(hi));
+  // W_{t−s} and the exact angles of Transformer-XL need t − s itself: a parameter_error naming t
+  const lrpe::rope_gptj<double> rope(2);
+  const auto mult = cn::multiplicative(rope).canonical();
+  const double q2[2] = {1, 0};
+  CHECK_THROWS_WITH_AS(static_cast<void>(mult.score(q2, lo, q2, hi)),
+                       doctest::Contains("term::score: argument 't' must keep t - s within int64"), lrpe::parameter_error);
+  CHECK_THROWS_AS(static_cast<void>(mult.dense_score(q2, 1, q2, lo)), lrpe::parameter_error);
+  CHECK(mult.score(q2, hi - 3, q2, hi) == doctest::Approx(std::cos(3.0)));  // θ_0 = 1 at d = 2
+  const cn::transformer_xl<double> xl(2, rows::Zero(1, 2), rows::Zero(1, 2), rows::Ones(2, 4));
+  CHECK_THROWS_WITH_AS(static_cast<void>(xl.score(q2, hi, q2, -2)),
+                       doctest::Contains("lrpe::canonical::transformer_xl::score"), lrpe::parameter_error);
+  CHECK(std::isfinite(xl.score(q2, hi, q2, 0)));
+}
+
 TEST_CASE("buckets: DeBERTa-v2 log buckets (256, 512) reproduce REFERENCE.md") {
   const std::vector<std::pair<position_t, position_t>> published = {
       {0, 0},     {1, 1},     {127, 127}, {128, 128},   {129, 129},   {130, 130},   {200, 169},

@@ -67,12 +67,12 @@ class alibi {
   }
 
   /// The bias at offset δ = t − s: m·δ (= −m·(s − t)) or −m·|δ|.
-  [[nodiscard]] double bias_at(position_t delta) const noexcept {
-    const auto x = static_cast<double>(delta);
-    return form_ == alibi_form::causal ? slope() * x : -slope() * std::abs(x);
+  [[nodiscard]] double bias_at(position_t delta) const noexcept { return bias_of(static_cast<double>(delta)); }
+  /// The unscaled additive bias −m·(s − t) or −m·|s − t| (query s, key t), for any positions
+  /// (t − s in double: `lrpe::detail::offset_value`).
+  [[nodiscard]] double bias(position_t s, position_t t) const noexcept {
+    return bias_of(lrpe::detail::offset_value(s, t));
   }
-  /// The unscaled additive bias −m·(s − t) or −m·|s − t| (query s, key t).
-  [[nodiscard]] double bias(position_t s, position_t t) const noexcept { return bias_at(t - s); }
   [[nodiscard]] double score(const T* q, position_t s, const T* k, position_t t) const noexcept {
     return detail_::dot(q, k, d_) + bias(s, t);
   }
@@ -81,6 +81,10 @@ class alibi {
   }
 
  private:
+  [[nodiscard]] double bias_of(double x) const noexcept {
+    return form_ == alibi_form::causal ? slope() * x : -slope() * std::abs(x);
+  }
+
   index_t d_;
   alibi_form form_;
   detail_::shared_table<std::vector<double>> slopes_;

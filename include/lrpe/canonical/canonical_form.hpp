@@ -65,7 +65,8 @@ class term {
     detail::small_buffer<value_type> wk(mq);
     q_.apply(q, qh.data());
     k_.apply(k, kh.data());
-    w_.apply(t - s, kh.data(), wk.data());
+    const position_t delta = detail::checked_offset(s, t, "lrpe::canonical::term::score");
+    w_.apply(delta, kh.data(), wk.data());
     double acc = 0;
     for (index_t i = 0; i < mq; ++i)
       acc += static_cast<double>(qh[i]) * static_cast<double>(detail::real_part(wk[i]));
@@ -171,7 +172,8 @@ class canonical_form {
   [[nodiscard]] double dense_score(const scalar* q, position_t s, const scalar* k, position_t t) const {
     const auto qh = q_hat(q).template cast<value_type>().eval();
     const auto kh = k_hat(k).template cast<value_type>().eval();
-    return static_cast<double>(detail::real_part(qh.dot(dense_w(t - s) * kh)));
+    const position_t delta = detail::checked_offset(s, t, "lrpe::canonical::canonical_form::dense_score");
+    return static_cast<double>(detail::real_part(qh.dot(dense_w(delta) * kh)));
   }
 
  private:

@@ -47,15 +47,14 @@ class cosformer {
   [[nodiscard]] double length() const noexcept { return m_; }
 
   /// The angle a_i = π i / (2M) of position i, in double.
-  [[nodiscard]] double angle(position_t i) const noexcept {
-    return std::numbers::pi * static_cast<double>(i) / (2.0 * m_);
-  }
+  [[nodiscard]] double angle(position_t i) const noexcept { return angle_of(static_cast<double>(i)); }
   /// The Toeplitz weight cos(π δ/(2M)) of the offset δ = t − s.
   [[nodiscard]] double weight(position_t delta) const noexcept { return std::cos(angle(delta)); }
 
-  /// Direct formula (q·k)·cos(π(t − s)/(2M)).
+  /// Direct formula (q·k)·cos(π(t − s)/(2M)), for any positions (t − s in double:
+  /// `lrpe::detail::offset_value`).
   [[nodiscard]] double score(const T* q, position_t s, const T* k, position_t t) const noexcept {
-    return detail_::dot(q, k, d_) * weight(t - s);
+    return detail_::dot(q, k, d_) * std::cos(angle_of(lrpe::detail::offset_value(s, t)));
   }
 
   [[nodiscard]] auto canonical() const {
@@ -81,6 +80,8 @@ class cosformer {
   }
 
  private:
+  [[nodiscard]] double angle_of(double x) const noexcept { return std::numbers::pi * x / (2.0 * m_); }
+
   index_t d_;
   double m_;
 };

@@ -112,7 +112,7 @@ class transformer_xl {
   /// Direct formula (q + u)·k + (q + v)·(W_R R_{s−t}), unscaled.
   [[nodiscard]] double score(const T* q, position_t s, const T* k, position_t t) const {
     lrpe::detail::small_buffer<T> r(d_);
-    position_vector(t - s, r.data());
+    position_vector(lrpe::detail::checked_offset(s, t, "lrpe::canonical::transformer_xl::score"), r.data());
     const T* uu = u();
     const T* vv = v();
     double acc = 0;

@@ -80,8 +80,11 @@ class urpe {
   [[nodiscard]] double weight_at(position_t delta) const noexcept {
     return static_cast<double>((*table_)(h_, t5_bucket(delta, cfg_)));
   }
-  /// C_st, the factor applied to the softmax weight of (query s, key t).
-  [[nodiscard]] double weight(position_t s, position_t t) const noexcept { return weight_at(t - s); }
+  /// C_st, the factor applied to the softmax weight of (query s, key t); t − s saturated (exact:
+  /// every offset past 2^63 − 1 lands in the last bucket).
+  [[nodiscard]] double weight(position_t s, position_t t) const noexcept {
+    return weight_at(saturating_offset(s, t));
+  }
   /// Same as `weight` (the paper's name).
   [[nodiscard]] double c(position_t s, position_t t) const noexcept { return weight(s, t); }
 

@@ -163,10 +163,7 @@ report relative(const E& e, position_t s, position_t t, double tol = -1) {
   using V = typename E::value_type;
   constexpr const char* where = "lrpe::check::relative";
   report r{"W_s^H W_t = W_{t-s}", true, 0, detail::resolve(tol, default_tolerance(e, s, t), where)};
-  position_t delta;
-  if (__builtin_sub_overflow(t, s, &delta))
-    ::lrpe::detail::fail<parameter_error>(where, "t", ::lrpe::detail::lazy_concat("must keep t - s within int64 (s = ", s, ")"),
-                                          t);
+  const position_t delta = ::lrpe::detail::checked_offset(s, t, where);
   const auto ws = detail::to_ld(dense_matrix<V>(e.relative_matrix(s)));
   const auto wt = detail::to_ld(dense_matrix<V>(e.relative_matrix(t)));
   const auto wd = detail::to_ld(dense_matrix<V>(e.relative_matrix(delta)));

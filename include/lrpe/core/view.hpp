@@ -141,6 +141,26 @@ constexpr bool difference_fits(position_t lo, position_t hi) noexcept {
          static_cast<std::uint64_t>(std::numeric_limits<position_t>::max());
 }
 
+/// t − s of (query s, key t), for encodings whose value needs it exactly (W_{t−s}, exact
+/// angles): throws `parameter_error` naming `t` (and s) when the positions are 2^63 or more
+/// apart. Attention calls never reach the throw: `require_position_span` checked their
+/// positions first.
+inline position_t checked_offset(position_t s, position_t t, const char* where) {
+  position_t delta;
+  if (__builtin_sub_overflow(t, s, &delta))
+    fail<parameter_error>(where, "t", lazy_concat("must keep t - s within int64 (s = ", s, ")"), t);
+  return delta;
+}
+
+/// t − s in double, for encodings that are smooth functions of it (ALiBi's m·(t − s),
+/// cosFormer's cos(π(t − s)/2M)): the exact difference rounded once, computed without
+/// overflow for any positions (for positions 2^63 or more apart, t and s are rounded first).
+[[nodiscard]] constexpr double offset_value(position_t s, position_t t) noexcept {
+  position_t delta;
+  if (__builtin_sub_overflow(t, s, &delta)) return static_cast<double>(t) - static_cast<double>(s);
+  return static_cast<double>(delta);
+}
+
 /// The lowest and highest of rows 0 … rows − 1 (rows ≥ 1; an offset checked by `require_rows`).
 inline std::pair<position_t, position_t> position_bounds(const positions& p, index_t rows) noexcept {
   if (!p.is_array()) return {p.offset(), p.offset() + (rows - 1)};
