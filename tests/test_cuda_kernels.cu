@@ -1,7 +1,9 @@
 // CUDA backend tests (doctest). Built only when CUDA is enabled (tests/CMakeLists.txt), linked
 // with lrpe::cuda. Without a device every GPU test case prints "[lrpe-skip] no CUDA device:
 // skipping GPU tests" and returns (ctest reports the test as skipped); the host-side checks
-// (error type, validation before any CUDA call) run everywhere.
+// (test cases named "cuda host: ...": error type, validation before any CUDA call, the device
+// code's host builds) run everywhere, as a ctest entry of their own that is never skipped
+// (tests/CMakeLists.txt).
 //
 // With a device: every kernel against the CPU library in double on random data (fixed,
 // printed seed), relative error ‖gpu − ref‖₂ / ‖ref‖₂ per tensor, bounds per storage type:
@@ -20,6 +22,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 using lrpe::index_t;
@@ -200,7 +203,7 @@ void check_every_preset() {
 
 }  // namespace
 
-TEST_CASE("cuda: cuda_error carries the call, the place and the CUDA error string") {
+TEST_CASE("cuda host: cuda_error carries the call, the place and the CUDA error string") {
   try {
     LRPE_CUDA_CHECK(cudaErrorInvalidValue);
     FAIL("no exception");
@@ -215,7 +218,7 @@ TEST_CASE("cuda: cuda_error carries the call, the place and the CUDA error strin
   }
 }
 
-TEST_CASE("cuda: arguments are validated before any CUDA call") {
+TEST_CASE("cuda host: arguments are validated before any CUDA call") {
   float* fake = reinterpret_cast<float*>(std::uintptr_t{256});  // never dereferenced: validation throws first
   const auto q = cu::rows(static_cast<const float*>(fake), 8, 16);
   const auto k_bad = cu::rows(static_cast<const float*>(fake), 8, 12);
@@ -254,9 +257,100 @@ TEST_CASE("cuda: arguments are validated before any CUDA call") {
                        doctest::Contains("argument 'options.k_positions' must lie within 2^63 - 1 of "
                                          "options.q_positions = [0, 7]"),
                        lrpe::parameter_error);
+  // an empty Q still has its K positions and its bias checked (as on the CPU)
+  const auto q_empty = cu::rows(static_cast<const float*>(fake), 0, 16);
+  cu::softmax_options far_k;
+  far_k.k_positions = cu::offset_positions(std::numeric_limits<lrpe::position_t>::max() - 3);
+  CHECK_THROWS_WITH_AS(cu::softmax_attention<float>(q_empty, q, q, cu::rows(fake, 0, 16), lrpe::no_encoding{}, nullptr,
+                                                    far_k),
+                       doctest::Contains("argument 'options.k_positions' must be an offset"), lrpe::parameter_error);
+  cu::linear_options far_k_lin;
+  far_k_lin.k_positions = far_k.k_positions;
+  CHECK_THROWS_AS(cu::linear_attention<float>(q_empty, q, q, cu::rows(fake, 0, 16), lrpe::no_encoding{},
+                                              lrpe::feature_maps::relu{}, far_k_lin),
+                  lrpe::parameter_error);
+  // q.dim = 0 with no encoding (the CPU's q.cols >= 1): named, not a division by zero in the scale
+  const auto q0 = cu::rows(static_cast<const float*>(fake), 8, 0);
+  CHECK_THROWS_WITH_AS(cu::softmax_attention<float>(q0, q0, q, out, lrpe::no_encoding{}),
+                       doctest::Contains("argument 'q.dim' must be in [1, 4096]; got 0"), lrpe::shape_error);
+  CHECK_THROWS_WITH_AS(cu::linear_attention<float>(q0, q0, q, out, lrpe::no_encoding{}, lrpe::feature_maps::relu{}),
+                       doctest::Contains("argument 'q.dim' must be in [1, 4096]; got 0"), lrpe::shape_error);
+  // a scale finite in double but not in the kernels' float
+  CHECK_THROWS_WITH_AS(cu::softmax_attention<float>(q, q, q, out, lrpe::no_encoding{}, nullptr,
+                                                    cu::softmax_options{.scale = 1e39}),
+                       doctest::Contains("argument 'options.scale' must be finite in float"), lrpe::domain_error);
+  // a device feature map built by hand: its kind and ε are checked as the CPU's are
+  const cu::device_feature_map nan_eps{cu::phi_kind::relu_eps, std::numeric_limits<float>::quiet_NaN()};
+  CHECK_THROWS_WITH_AS(cu::linear_attention<float>(q, q, q, out, lrpe::no_encoding{}, nan_eps),
+                       doctest::Contains("argument 'phi.eps' must be finite and >= 0 in float"),
+                       lrpe::parameter_error);
+  const cu::device_feature_map negative_eps{cu::phi_kind::relu_eps, -1.0f};
+  CHECK_THROWS_AS(cu::linear_attention<float>(q, q, q, out, lrpe::no_encoding{}, negative_eps), lrpe::parameter_error);
+  const cu::device_feature_map bad_kind{static_cast<cu::phi_kind>(7), 0.0f};
+  CHECK_THROWS_WITH_AS(cu::linear_attention<float>(q, q, q, out, lrpe::no_encoding{}, bad_kind),
+                       doctest::Contains("argument 'phi.kind' must be a phi_kind"), lrpe::parameter_error);
+  // per-head decays without causal: the head's decay is named, not options.decay
+  const cu::device_view<const float> q2(fake, 1, 2, 8, 16, 256, 128, 16);
+  const cu::device_view<float> out2(fake, 1, 2, 8, 16, 256, 128, 16);
+  const double two_decays[] = {1.0, 0.9};
+  cu::linear_options per_head;
+  per_head.head_decays = two_decays;
+  CHECK_THROWS_WITH_AS(cu::linear_attention<float>(q2, q2, q2, out2, lrpe::no_encoding{}, lrpe::feature_maps::relu{},
+                                                   per_head),
+                       doctest::Contains("argument 'options.head_decays[1]' must be 1 unless options.causal"),
+                       lrpe::parameter_error);
+  // encode: an offset whose last row passes 2^63 − 1 (the launcher on an encoder's description,
+  // which needs no device); the single-tensor form's names
+  const auto desc = cu::detail::identity_desc(16, "test");
+  const cu::device_positions far = cu::offset_positions(std::numeric_limits<lrpe::position_t>::max() - 3);
+  CHECK_THROWS_WITH_AS(cu::detail::encode_launch<float>(desc, q, far, out, q, cu::offset_positions(0), out, nullptr,
+                                                        "lrpe::cuda::encode", {"q", "qp", "q_out", "k", "kp", "k_out"}),
+                       doctest::Contains("lrpe::cuda::encode: argument 'qp' must be an offset with offset + rows - 1"),
+                       lrpe::parameter_error);
+  CHECK_THROWS_WITH_AS(cu::detail::encode_launch<float>(desc, q, cu::offset_positions(0), out, q, far, out, nullptr,
+                                                        "lrpe::cuda::encode", {"q", "qp", "q_out", "k", "kp", "k_out"}),
+                       doctest::Contains("argument 'kp' must be an offset"), lrpe::parameter_error);
+  // device biases: a T5 table too large to expand, a table value past float's range
+  const lrpe::canonical::t5_bias<double> t5_far(16, {32, std::int64_t{1} << 40, true}, lrpe::row_matrix<double>::Zero(2, 32));
+  CHECK_THROWS_WITH_AS(cu::device_bias{t5_far},
+                       doctest::Contains("argument 't5.buckets().max_distance' must keep the expanded table"),
+                       lrpe::parameter_error);
+  lrpe::row_matrix<double> huge = lrpe::row_matrix<double>::Zero(1, 5);
+  huge(0, 3) = 1e39;
+  const lrpe::canonical::toeplitz_bias<double> tb_huge(16, 2, huge);
+  CHECK_THROWS_WITH_AS(cu::device_bias{tb_huge}, doctest::Contains("argument 'tb.table()' must hold values finite in float"),
+                       lrpe::domain_error);
 }
 
-TEST_CASE("cuda: the device angle (its host build) is the CPU's exact angle at every int64 position, both modes") {
+TEST_CASE("cuda host: the kernels' bias(s, t) at positions 2^63 or more apart (no overflow)") {
+  // bias_value is __host__ __device__: the kernels' code on host copies of the tables
+  constexpr position_t lo = std::numeric_limits<position_t>::min(), hi = std::numeric_limits<position_t>::max();
+  const double slopes[] = {0.5};
+  cu::bias_desc alibi{};
+  alibi.kind = cu::bias_kind::alibi;
+  alibi.heads = 1;
+  alibi.slopes = slopes;
+  const lrpe::canonical::alibi<double> cpu(4, std::vector<double>{0.5});
+  for (const auto& [s, t] : {std::pair{lo, hi}, {hi, lo}, {0, lo}, {lo, 0}, {-3, 9}, {hi - 2, hi}}) {
+    CAPTURE(s);
+    CAPTURE(t);
+    CHECK(cu::detail::bias_value(alibi, 0, s, t) == static_cast<float>(cpu.bias(s, t)));
+  }
+  CHECK(cu::detail::bias_value(alibi, 0, lo, hi) > 9e18f);  // a wrapped t − s = −1 would read −0.5
+  const float w[] = {-2, -1, 0, 1, 2};  // radius 2: entry clip(t − s, 2) + 2
+  cu::bias_desc table{};
+  table.kind = cu::bias_kind::table;
+  table.heads = 1;
+  table.table = w;
+  table.radius = 2;
+  CHECK(cu::detail::bias_value(table, 0, lo, hi) == 2.0f);
+  CHECK(cu::detail::bias_value(table, 0, hi, lo) == -2.0f);
+  CHECK(cu::detail::bias_value(table, 0, 1, lo) == -2.0f);
+  CHECK(cu::detail::bias_value(table, 0, 5, 6) == 1.0f);
+  CHECK(cu::detail::bias_value(table, 0, 6, 5) == -1.0f);
+}
+
+TEST_CASE("cuda host: the device angle (its host build) is the CPU's exact angle at every int64 position, both modes") {
   // cu::angle_cos_sin is __host__ __device__, so this runs without a GPU: the same code the
   // kernels run, against detail::angle_cos_sin (tested against a long-double reference in
   // test_policies). Stated bound 2.5e-7 (a float rounding plus sincosf's ulp); an angle formed

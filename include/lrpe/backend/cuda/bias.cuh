@@ -16,6 +16,7 @@
 #include <lrpe/canonical/t5_bias.hpp>
 #include <lrpe/canonical/toeplitz_bias.hpp>
 
+#include <cmath>
 #include <vector>
 
 namespace lrpe {
@@ -39,16 +40,21 @@ struct bias_desc {
 
 namespace detail {
 /// The bias of query position s and key position t for head `head`.
-__device__ __forceinline__ float bias_value(const bias_desc& b, int head, position_t s, position_t t) {
-  const position_t delta = t - s;
+/// t − s is formed without overflow for any positions (device position arrays are not checked
+/// on the host): in two's complement, then `wrapped` when the true difference is not an int64,
+/// as the CPU's `offset_value` (ALiBi: in double) and `saturating_offset` (tables: clipped).
+LRPE_HOST_DEVICE inline float bias_value(const bias_desc& b, int head, position_t s, position_t t) {
+  const auto delta = static_cast<position_t>(static_cast<unsigned long long>(t) - static_cast<unsigned long long>(s));
+  const bool wrapped = ((t ^ s) & (t ^ delta)) < 0;  // t and s of opposite signs, and delta has s's sign
   if (b.kind == bias_kind::alibi) {
     const double m = b.slopes[head];
-    const auto x = static_cast<double>(delta);
+    const double x = wrapped ? static_cast<double>(t) - static_cast<double>(s) : static_cast<double>(delta);
     return static_cast<float>(b.alibi_symmetric ? -m * fabs(x) : m * x);
   }
   if (b.kind == bias_kind::table) {
-    const position_t c = delta < -b.radius ? -b.radius : (delta > b.radius ? b.radius : delta);
-    return b.table[static_cast<index_t>(head) * (2 * b.radius + 1) + (c + b.radius)];
+    const position_t r = b.radius;
+    const position_t c = wrapped ? (t > s ? r : -r) : (delta < -r ? -r : (delta > r ? r : delta));
+    return b.table[static_cast<index_t>(head) * (2 * r + 1) + (c + r)];
   }
   return 0.0f;
 }
@@ -70,30 +76,46 @@ class device_bias {
     slopes_ = device_buffer<double>(a.slopes());
     desc_.slopes = slopes_.data();
   }
-  /// T5 buckets, expanded to a clipped table of radius max_distance.
+  /// T5 buckets, expanded to a clipped table of radius max_distance (heads × (2·max_distance + 1)
+  /// floats, at most `max_t5_table_entries`).
+  /// @throws parameter_error (a larger table), domain_error (a table value past float's range).
   template <real_scalar T>
   explicit device_bias(const canonical::t5_bias<T>& t5) : head_index_(t5.head_index()) {
+    constexpr const char* where = "lrpe::cuda::device_bias";
     const position_t r = t5.buckets().max_distance;
-    std::vector<float> w(static_cast<std::size_t>(t5.heads() * (2 * r + 1)));
-    for (index_t h = 0; h < t5.heads(); ++h) {
-      for (position_t delta = -r; delta <= r; ++delta) {
+    const index_t heads = t5.heads();
+    ::lrpe::detail::require_parameter(r <= (max_t5_table_entries / heads - 1) / 2, where,
+                                      "t5.buckets().max_distance",
+                                      ::lrpe::detail::lazy_concat("must keep the expanded table, heads x (2 max_distance "
+                                                                  "+ 1) = ", heads, " x (2 max_distance + 1), within ",
+                                                                  max_t5_table_entries, " entries"),
+                                      r);
+    std::vector<float> w(static_cast<std::size_t>(heads * (2 * r + 1)));
+    for (index_t h = 0; h < heads; ++h) {
+      for (position_t delta = -r; delta <= r; ++delta)
         w[static_cast<std::size_t>(h * (2 * r + 1) + delta + r)] =
-            static_cast<float>(t5.table()(h, t5.bucket(delta)));
-      }
+            to_float_entry(t5.table()(h, t5.bucket(delta)), where, "t5.table()");
     }
-    set_table(w, t5.heads(), r);
+    set_table(w, heads, r);
     desc_.unit_default_scale = true;
   }
   /// A clipped Toeplitz table.
+  /// @throws domain_error (a table value past float's range).
   template <real_scalar T>
   explicit device_bias(const canonical::toeplitz_bias<T>& tb) : head_index_(tb.head_index()) {
+    constexpr const char* where = "lrpe::cuda::device_bias";
     const position_t r = tb.max_distance();
     std::vector<float> w(static_cast<std::size_t>(tb.heads() * (2 * r + 1)));
     for (index_t h = 0; h < tb.heads(); ++h) {
-      for (index_t c = 0; c < 2 * r + 1; ++c) w[static_cast<std::size_t>(h * (2 * r + 1) + c)] = static_cast<float>(tb.table()(h, c));
+      for (index_t c = 0; c < 2 * r + 1; ++c)
+        w[static_cast<std::size_t>(h * (2 * r + 1) + c)] = to_float_entry(tb.table()(h, c), where, "tb.table()");
     }
     set_table(w, tb.heads(), r);
   }
+
+  /// The largest T5 table a `device_bias` expands (2^26 floats, 256 MiB): T5's own
+  /// max_distance = 128 needs 257 entries a head.
+  static constexpr index_t max_t5_table_entries = index_t{1} << 26;
 
   [[nodiscard]] const bias_desc& desc() const noexcept { return desc_; }
   [[nodiscard]] index_t heads() const noexcept { return desc_.heads; }
@@ -116,6 +138,15 @@ class device_bias {
   }
 
  private:
+  /// A table value as the kernels' float: finite there too (a finite double past 3.4e38 would
+  /// be an infinite logit, and NaN rows).
+  template <class V>
+  static float to_float_entry(V x, const char* where, const char* arg) {
+    const auto f = static_cast<float>(x);
+    if (!std::isfinite(f)) ::lrpe::detail::fail<domain_error>(where, arg, "must hold values finite in float", x);
+    return f;
+  }
+
   void set_table(const std::vector<float>& w, index_t heads, position_t r) {
     desc_.kind = bias_kind::table;
     desc_.heads = static_cast<int>(heads);

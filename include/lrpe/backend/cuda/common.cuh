@@ -13,8 +13,11 @@ inline namespace v0 {
 namespace cuda {
 namespace detail {
 
-/// M_s = I on d features: what the kernels run for `no_encoding`.
-inline encoder_desc identity_desc(index_t d) {
+/// M_s = I on d features: what the kernels run for `no_encoding` (d is q.dim: checked to be a
+/// width the kernels take, before it is narrowed to int).
+inline encoder_desc identity_desc(index_t d, const char* where) {
+  ::lrpe::detail::require_shape(d >= 1 && d <= max_encoder_dim, where, "q.dim",
+                                ::lrpe::detail::lazy_concat("must be in [1, ", max_encoder_dim, "]"), d);
   encoder_desc e{};
   e.d = static_cast<int>(d);
   e.feature_dim = static_cast<int>(d);
@@ -42,6 +45,13 @@ void validate_attention_views(const encoder_desc& enc, const device_view<const T
   require_shape(out.dim == v.dim, where, "out.dim", lazy_concat("must equal v.dim = ", v.dim), out.dim);
   require_shape(q.heads <= 65535 && q.batch <= 65535, where, "q", "must have at most 65535 heads and batches",
                 lazy_concat(q.batch, "x", q.heads));
+}
+
+/// The grid's x extent (query tiles, value-column tiles): at most 2^31 − 1 blocks.
+inline unsigned grid_x(index_t blocks, const char* where, const char* arg, index_t value) {
+  ::lrpe::detail::require_shape(blocks <= 2147483647, where, arg, "must need at most 2^31 - 1 blocks of the grid",
+                                value);
+  return static_cast<unsigned>(blocks);
 }
 
 /**
@@ -90,7 +100,7 @@ __device__ void load_encoded_tile(const encoder_desc& e, const device_feature_ma
 /// Loads columns [c0, c0 + cols) of `rows` value rows into `tile[j·cols + c]` (zeros outside).
 template <class T>
 __device__ void load_value_tile(const device_view<const T>& v, index_t b, index_t h, index_t r0, int rows, int tile_rows,
-                                int c0, int cols, float* tile) {
+                                index_t c0, int cols, float* tile) {
   for (int e = static_cast<int>(threadIdx.x); e < tile_rows * cols; e += static_cast<int>(blockDim.x)) {
     const int j = e / cols, c = e % cols;
     tile[e] = (j < rows && c0 + c < v.dim) ? to_float(v.row(b, h, r0 + j)[c0 + c]) : 0.0f;

@@ -76,6 +76,42 @@ void validate_encode_pair(const encoder_desc& e, const device_view<const T>& x, 
 
 }  // namespace detail
 
+namespace detail {
+
+/// Argument names of one encode call's messages ("q", "qp", "q_out", …, or "x", "p", "x_out").
+struct encode_names {
+  const char *q, *qp, *q_out, *k, *kp, *k_out;
+};
+
+/// The host checks and the launch of `encode` (on an encoder's flat description; every check
+/// comes before the first CUDA call, so a host without a device can test them).
+template <storage_type T>
+void encode_launch(const encoder_desc& desc, device_view<const T> q, device_positions qp, device_view<T> q_out,
+                   device_view<const T> k, device_positions kp, device_view<T> k_out, cudaStream_t stream,
+                   const char* where, const encode_names& n) {
+  validate_encode_pair(desc, q, q_out, where, n.q, n.q_out);
+  validate_encode_pair(desc, k, k_out, where, n.k, n.k_out);
+  // an offset's last row must be a position (offset + seq − 1 ≤ 2^63 − 1), as on the CPU
+  if (!qp.is_array() && q.rows() > 0) ::lrpe::positions(qp.offset).require_rows(q.seq, where, n.qp);
+  if (!kp.is_array() && k.rows() > 0) ::lrpe::positions(kp.offset).require_rows(k.seq, where, n.kp);
+  const index_t total = q.rows() + k.rows();
+  if (total == 0) return;
+  // warps per block so that 3·d floats of scratch per warp stay within 48 KiB
+  const index_t per_warp = encode_scratch_floats(desc.d) * static_cast<index_t>(sizeof(float));
+  const int warps = static_cast<int>(std::clamp<index_t>((48 * 1024) / per_warp, 1, encode_threads / 32));
+  const auto shared = static_cast<std::size_t>(warps * per_warp);
+  int dev = 0, sms = 0;
+  LRPE_CUDA_CHECK(cudaGetDevice(&dev));
+  LRPE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const index_t wanted = (total + warps - 1) / warps;
+  const auto blocks = static_cast<unsigned>(std::min<index_t>(wanted, static_cast<index_t>(sms) * 32));
+  encode_qk_kernel<T><<<blocks, static_cast<unsigned>(warps * 32), shared, stream>>>(desc, q, qp, q_out, k, kp,
+                                                                                      k_out);
+  LRPE_CUDA_CHECK_LAUNCH("lrpe::cuda::detail::encode_qk_kernel");
+}
+
+}  // namespace detail
+
 /**
  * Encodes Q and K in one fused launch: q_out = features of M_{qp} q, k_out = features of M_{kp} k.
  *
@@ -85,29 +121,14 @@ void validate_encode_pair(const encoder_desc& e, const device_view<const T>& x, 
  * @param q_out,k_out batch × heads × seq × feature_dim() views; may be the inputs themselves
  *                    (in place) for real encoders with identical strides; must not otherwise overlap.
  * @param stream      the stream the launch is queued on (asynchronous: nothing is synchronised).
- * @throws shape_error on mismatched views; cuda_error on a failed launch.
+ * @throws shape_error on mismatched views; parameter_error on an offset whose last row passes
+ *         2^63 − 1; cuda_error on a failed launch.
  */
 template <storage_type T>
 void encode(const device_encoder& e, device_view<const T> q, device_positions qp, device_view<T> q_out,
             device_view<const T> k, device_positions kp, device_view<T> k_out, cudaStream_t stream = nullptr) {
-  constexpr const char* where = "lrpe::cuda::encode";
-  const encoder_desc& desc = e.desc();
-  detail::validate_encode_pair(desc, q, q_out, where, "q", "q_out");
-  detail::validate_encode_pair(desc, k, k_out, where, "k", "k_out");
-  const index_t total = q.rows() + k.rows();
-  if (total == 0) return;
-  // warps per block so that 3·d floats of scratch per warp stay within 48 KiB
-  const index_t per_warp = detail::encode_scratch_floats(desc.d) * static_cast<index_t>(sizeof(float));
-  const int warps = static_cast<int>(std::clamp<index_t>((48 * 1024) / per_warp, 1, detail::encode_threads / 32));
-  const auto shared = static_cast<std::size_t>(warps * per_warp);
-  int dev = 0, sms = 0;
-  LRPE_CUDA_CHECK(cudaGetDevice(&dev));
-  LRPE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const index_t wanted = (total + warps - 1) / warps;
-  const auto blocks = static_cast<unsigned>(std::min<index_t>(wanted, static_cast<index_t>(sms) * 32));
-  detail::encode_qk_kernel<T><<<blocks, static_cast<unsigned>(warps * 32), shared, stream>>>(desc, q, qp, q_out, k,
-                                                                                              kp, k_out);
-  LRPE_CUDA_CHECK_LAUNCH("lrpe::cuda::detail::encode_qk_kernel");
+  detail::encode_launch<T>(e.desc(), q, qp, q_out, k, kp, k_out, stream, "lrpe::cuda::encode",
+                           {"q", "qp", "q_out", "k", "kp", "k_out"});
 }
 
 /// Encodes one tensor (x_out = features of M_p x); the same kernel with no K rows.
@@ -116,7 +137,8 @@ void encode(const device_encoder& e, device_view<const T> x, device_positions p,
             cudaStream_t stream = nullptr) {
   device_view<const T> none_in(x.data, x.batch, x.heads, 0, x.dim, 0, 0, 0);
   device_view<T> none_out(x_out.data, x.batch, x.heads, 0, x_out.dim, 0, 0, 0);
-  encode<T>(e, x, p, x_out, none_in, p, none_out, stream);
+  detail::encode_launch<T>(e.desc(), x, p, x_out, none_in, p, none_out, stream, "lrpe::cuda::encode",
+                           {"x", "p", "x_out", "x", "p", "x_out"});
 }
 
 }  // namespace cuda

@@ -27,6 +27,8 @@
 
 #include <cmath>
 #include <span>
+#include <string>
+#include <vector>
 
 namespace lrpe {
 inline namespace v0 {
@@ -44,7 +46,7 @@ struct linear_options {
   device_positions q_positions{};
   device_positions k_positions{};
   /// Check on the device that position arrays are non-decreasing in causal mode (one small
-  /// kernel and one stream synchronisation per array); false skips the check.
+  /// kernel per array, then one stream synchronisation); false skips the check.
   bool validate_positions = true;
 };
 
@@ -109,7 +111,7 @@ __global__ void __launch_bounds__(linear_threads)
 
   const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
   const index_t b = blockIdx.z, h = blockIdx.y;
-  const int c0 = static_cast<int>(blockIdx.x) * DC;
+  const index_t c0 = static_cast<index_t>(blockIdx.x) * DC;
   const int cols = static_cast<int>(v.dim - c0 < DC ? v.dim - c0 : DC);
   const index_t nq = q.seq, nk = k.seq;
   const double lambda = p.decay_heads == 0 ? 1.0 : p.decay[p.decay_heads == 1 ? 0 : h];
@@ -270,19 +272,55 @@ __global__ void decreasing_positions_kernel(const position_t* p, index_t n, int*
   }
 }
 
-inline void require_non_decreasing(const device_positions& p, index_t n, cudaStream_t stream, const char* where,
-                                   const char* arg) {
-  if (!p.is_array() || n < 2) return;
-  device_buffer<int> flag(1);
-  LRPE_CUDA_CHECK(cudaMemsetAsync(flag.data(), 0, sizeof(int), stream));
-  const auto blocks = static_cast<unsigned>(std::min<index_t>((n + 255) / 256, 1024));
-  decreasing_positions_kernel<<<blocks, 256, 0, stream>>>(p.array, n, flag.data());
-  LRPE_CUDA_CHECK_LAUNCH("lrpe::cuda::detail::decreasing_positions_kernel");
-  int bad = 0;
-  LRPE_CUDA_CHECK(cudaMemcpyAsync(&bad, flag.data(), sizeof(int), cudaMemcpyDeviceToHost, stream));
+/// Two ints of device memory for the position checks: one pair per device and calling thread,
+/// allocated on its first use and kept (a check synchronises before it returns, so the calls of
+/// one thread never have the pair in flight twice). No cudaMalloc or cudaFree per call: a
+/// cudaFree would also wait for every stream of the device.
+inline int* position_check_flags() {
+  int dev = 0;
+  LRPE_CUDA_CHECK(cudaGetDevice(&dev));
+  thread_local std::vector<device_buffer<int>> flags;
+  const auto i = static_cast<std::size_t>(dev);
+  if (flags.size() <= i) flags.resize(i + 1);
+  if (flags[i].data() == nullptr) flags[i] = device_buffer<int>(2);
+  return flags[i].data();
+}
+
+/// Throws `parameter_error` naming the array that decreases somewhere (causal linear attention
+/// needs non-decreasing positions): one kernel per array, one copy and one synchronisation for
+/// both.
+inline void require_non_decreasing(const device_positions& qp, index_t nq, const device_positions& kp, index_t nk,
+                                   cudaStream_t stream, const char* where) {
+  const bool check_q = qp.is_array() && nq >= 2, check_k = kp.is_array() && nk >= 2;
+  if (!check_q && !check_k) return;
+  int* flags = position_check_flags();
+  LRPE_CUDA_CHECK(cudaMemsetAsync(flags, 0, 2 * sizeof(int), stream));
+  const auto launch = [&](const device_positions& p, index_t n, int* flag) {
+    const auto blocks = static_cast<unsigned>(std::min<index_t>((n + 255) / 256, 1024));
+    decreasing_positions_kernel<<<blocks, 256, 0, stream>>>(p.array, n, flag);
+    LRPE_CUDA_CHECK_LAUNCH("lrpe::cuda::detail::decreasing_positions_kernel");
+  };
+  if (check_q) launch(qp, nq, flags);
+  if (check_k) launch(kp, nk, flags + 1);
+  int bad[2] = {0, 0};
+  LRPE_CUDA_CHECK(cudaMemcpyAsync(bad, flags, 2 * sizeof(int), cudaMemcpyDeviceToHost, stream));
   LRPE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  ::lrpe::detail::require_parameter(bad == 0, where, arg, "must be non-decreasing for causal linear attention",
-                                    "a decreasing pair");
+  constexpr const char* expected = "must be non-decreasing for causal linear attention";
+  ::lrpe::detail::require_parameter(bad[0] == 0, where, "options.q_positions", expected, "a decreasing pair");
+  ::lrpe::detail::require_parameter(bad[1] == 0, where, "options.k_positions", expected, "a decreasing pair");
+}
+
+/// φ's device form: a kind the kernels know, and for relu_eps an ε finite and ≥ 0 in float (what
+/// `to_device(feature_maps::relu_eps)` checks in double; a `device_feature_map` built by hand
+/// comes here unchecked).
+inline void validate_feature_map(const device_feature_map& phi, const char* where) {
+  const auto kind = static_cast<int>(phi.kind);
+  ::lrpe::detail::require_parameter(kind >= 0 && kind <= static_cast<int>(phi_kind::relu_eps), where, "phi.kind",
+                                    "must be a phi_kind", kind);
+  if (phi.kind == phi_kind::relu_eps) {
+    ::lrpe::detail::require_parameter(std::isfinite(phi.eps) && phi.eps >= 0.0f, where, "phi.eps",
+                                      "must be finite and >= 0 in float", phi.eps);
+  }
 }
 
 template <storage_type T>
@@ -293,6 +331,7 @@ void linear_launch(const encoder_desc& enc, device_feature_map phi, device_view<
   using ::lrpe::detail::lazy_concat;
   using ::lrpe::detail::require_shape;
   validate_attention_views(enc, q, k, v, out, where);
+  validate_feature_map(phi, where);
   ::lrpe::detail::require_eps<float>(o.eps, where);  // applied in fp32 for every storage type
   ::lrpe::detail::require_decay(o.decay, where);
   linear_params p{};
@@ -310,17 +349,18 @@ void linear_launch(const encoder_desc& enc, device_feature_map phi, device_view<
     p.decay[0] = o.decay;
     p.decay_heads = 1;
   }
-  bool any_decay = false;
-  for (int i = 0; i < p.decay_heads; ++i) any_decay = any_decay || p.decay[i] != 1.0;
-  ::lrpe::detail::require_parameter(o.causal || !any_decay, where, "options.decay",
-                                    "must be 1 unless options.causal (the decay λ^{s−t} is defined for s ≥ t)",
-                                    o.decay);
-  if (q.rows() == 0) return;
-  validate_device_positions(o.q_positions, q.seq, o.k_positions, k.seq, where);
-  if (o.causal && o.validate_positions) {
-    require_non_decreasing(o.q_positions, q.seq, stream, where, "options.q_positions");
-    require_non_decreasing(o.k_positions, k.seq, stream, where, "options.k_positions");
+  if (!o.causal) {
+    constexpr const char* causal_only = "must be 1 unless options.causal (the decay λ^{s−t} is defined for s ≥ t)";
+    for (int i = 0; i < p.decay_heads; ++i) {
+      if (p.decay[i] == 1.0) continue;
+      if (o.head_decays.empty()) ::lrpe::detail::fail<parameter_error>(where, "options.decay", causal_only, o.decay);
+      const std::string arg = ::lrpe::detail::concat("options.head_decays[", i, "]");
+      ::lrpe::detail::fail<parameter_error>(where, arg.c_str(), causal_only, p.decay[i]);
+    }
   }
+  validate_device_positions(o.q_positions, q.seq, o.k_positions, k.seq, where);
+  if (q.rows() == 0) return;
+  if (o.causal && o.validate_positions) require_non_decreasing(o.q_positions, q.seq, o.k_positions, k.seq, stream, where);
   p.enc = enc;
   p.phi = phi;
   p.qp = o.q_positions;
@@ -333,7 +373,8 @@ void linear_launch(const encoder_desc& enc, device_feature_map phi, device_view<
   reserve_shared(linear_kernel<T>, shared, where, "the feature width");
   const index_t col_tiles = v.dim == 0 ? 0 : (v.dim + linear_cols - 1) / linear_cols;
   if (col_tiles == 0) return;
-  const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(q.heads), static_cast<unsigned>(q.batch));
+  const dim3 grid(grid_x(col_tiles, where, "v.dim", v.dim), static_cast<unsigned>(q.heads),
+                  static_cast<unsigned>(q.batch));
   linear_kernel<T><<<grid, linear_threads, shared, stream>>>(p, q, k, v, out);
   LRPE_CUDA_CHECK_LAUNCH("lrpe::cuda::detail::linear_kernel");
 }
@@ -362,7 +403,7 @@ void linear_attention(device_view<const T> q, device_view<const T> k, device_vie
 template <storage_type T, class Phi>
 void linear_attention(device_view<const T> q, device_view<const T> k, device_view<const T> v, device_view<T> out,
                       no_encoding, Phi phi, const linear_options& options = {}, cudaStream_t stream = nullptr) {
-  detail::linear_launch<T>(detail::identity_desc(q.dim), to_device(phi), q, k, v, out, options, stream);
+  detail::linear_launch<T>(detail::identity_desc(q.dim, "lrpe::cuda::linear_attention"), to_device(phi), q, k, v, out, options, stream);
 }
 
 }  // namespace cuda

@@ -161,24 +161,25 @@ void softmax_launch(const encoder_desc& enc, const device_bias* bias, device_vie
                     device_view<const T> v, device_view<T> out, const softmax_options& options, cudaStream_t stream) {
   constexpr const char* where = "lrpe::cuda::softmax_attention";
   validate_attention_views(enc, q, k, v, out, where);
-  if (q.rows() == 0) return;
   validate_device_positions(options.q_positions, q.seq, options.k_positions, k.seq, where);
-
   softmax_params p{};
-  p.enc = enc;
   p.bias = bias != nullptr ? bias->for_launch(q.heads, where) : bias_desc{};
+  if (q.rows() == 0) return;  // as on the CPU: the scale of an empty call is not resolved
+
+  p.enc = enc;
   p.qp = options.q_positions;
   p.kp = options.k_positions;
   p.causal = options.causal;
   double scale = 0;
   if (options.scale) scale = *options.scale;
   else scale = p.bias.unit_default_scale ? 1.0 : 1.0 / std::sqrt(static_cast<double>(q.dim));
-  if (!std::isfinite(scale)) ::lrpe::detail::fail<domain_error>(where, "options.scale", "must be finite", scale);
-  p.scale = static_cast<float>(scale);
+  p.scale = static_cast<float>(scale);  // the kernel computes in fp32 for every storage type
+  if (!std::isfinite(p.scale))
+    ::lrpe::detail::fail<domain_error>(where, "options.scale", "must be finite in float (the kernels' fp32)", scale);
 
   const auto shared = static_cast<std::size_t>(softmax_shared_bytes(enc.d, enc.feature_dim, v.dim));
   reserve_shared(softmax_kernel<T>, shared, where, "the feature and value widths");
-  const dim3 grid(static_cast<unsigned>((q.seq + softmax_br - 1) / softmax_br), static_cast<unsigned>(q.heads),
+  const dim3 grid(grid_x((q.seq + softmax_br - 1) / softmax_br, where, "q.seq", q.seq), static_cast<unsigned>(q.heads),
                   static_cast<unsigned>(q.batch));
   softmax_kernel<T><<<grid, softmax_threads, shared, stream>>>(p, q, k, v, out);
   LRPE_CUDA_CHECK_LAUNCH("lrpe::cuda::detail::softmax_kernel");
@@ -209,7 +210,7 @@ template <storage_type T>
 void softmax_attention(device_view<const T> q, device_view<const T> k, device_view<const T> v, device_view<T> out,
                        no_encoding, const device_bias* bias = nullptr, const softmax_options& options = {},
                        cudaStream_t stream = nullptr) {
-  detail::softmax_launch<T>(detail::identity_desc(q.dim), bias, q, k, v, out, options, stream);
+  detail::softmax_launch<T>(detail::identity_desc(q.dim, "lrpe::cuda::softmax_attention"), bias, q, k, v, out, options, stream);
 }
 
 }  // namespace cuda
