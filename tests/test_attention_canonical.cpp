@@ -11,6 +11,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -236,4 +237,49 @@ TEST_CASE_TEMPLATE("multi-head: per-head tables (ALiBi slopes, URPE C) pick head
   const auto three = cn::alibi<T>::for_heads(D, 3);
   CHECK_THROWS_WITH_AS(lrpe::softmax_attention(make(qb.data()), make(kb.data()), make(vb.data()), make(ob.data()), three),
                        doctest::Contains("'encoding.heads()'"), lrpe::shape_error);
+}
+
+TEST_CASE("per-pair scores are scaled in double, then rounded: a score past float whose logit is not") {
+  // Shaw in float, a^K = 1e19 and q = 1e19 (d = 4): the score 4e38 is past FLT_MAX, the logit
+  // 4e38 / sqrt(4) = 2e38 is not. Equal logits: out = mean of v = 1.
+  const index_t d = 4;
+  const cn::shaw<float> shaw(d, 0, rm<float>::Constant(1, d, 1e19f));
+  const rm<float> q = rm<float>::Constant(2, d, 1e19f), k = rm<float>::Zero(2, d), v = rm<float>::Ones(2, d);
+  rm<float> out(2, d);
+  lrpe::softmax_attention(q, k, v, out, shaw, lrpe::softmax_options<>{});
+  CHECK(out.allFinite());
+  CHECK((out.array() - 1.0f).abs().maxCoeff() <= 1e-6f);
+}
+
+TEST_CASE("Shaw without an a^V table adds nothing to the values: any v.cols") {
+  const index_t d = 4, n = 5;
+  lrpe::generator g(0xA77C'0001);
+  const rm<double> q = random_matrix<double>(g, n, d), k = random_matrix<double>(g, n, d);
+  const rm<double> v = random_matrix<double>(g, n, 2);
+  const rm<double> a_k = random_matrix<double>(g, 5, d);
+  const cn::shaw<double> keys_only(d, 2, a_k);
+  rm<double> out(n, 2);
+  lrpe::softmax_attention(q, k, v, out, keys_only, lrpe::softmax_options<>{});
+  // naive: softmax_t(q_s·(k_t + a^K_{clip(t−s, 2)}) / 2) v_t
+  for (index_t s = 0; s < n; ++s) {
+    std::vector<ld> w(static_cast<std::size_t>(n));
+    ld mx = -std::numeric_limits<ld>::infinity(), sum = 0;
+    for (index_t t = 0; t < n; ++t) {
+      const index_t c = std::clamp<index_t>(t - s, -2, 2) + 2;
+      ld acc = 0;
+      for (index_t i = 0; i < d; ++i) acc += static_cast<ld>(q(s, i)) * (static_cast<ld>(k(t, i)) + a_k(c, i));
+      w[static_cast<std::size_t>(t)] = acc / 2;
+      mx = std::max(mx, acc / 2);
+    }
+    for (auto& x : w) sum += (x = std::exp(x - mx));
+    for (index_t j = 0; j < 2; ++j) {
+      ld o = 0;
+      for (index_t t = 0; t < n; ++t) o += w[static_cast<std::size_t>(t)] / sum * v(t, j);
+      CHECK(static_cast<double>(std::abs(o - out(s, j))) <= 1e-12);
+    }
+  }
+  // with an a^V table the widths must agree (the encoding adds a^V_{t−s}, d entries, to v_t)
+  const cn::shaw<double> with_values(d, 2, a_k, a_k);
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention(q, k, v, out, with_values, lrpe::softmax_options<>{}),
+                       doctest::Contains("argument 'v.cols' must equal encoding.dim() = 4"), lrpe::shape_error);
 }

@@ -157,6 +157,47 @@ TEST_CASE("pair forms at the ends of int64: smooth encodings in double, exact on
   CHECK_THROWS_WITH_AS(static_cast<void>(xl.score(q2, hi, q2, -2)),
                        doctest::Contains("lrpe::canonical::transformer_xl::score"), lrpe::parameter_error);
   CHECK(std::isfinite(xl.score(q2, hi, q2, 0)));
+  // t − s = −2^63 is an int64 but −(t − s) is not: R_{s−t} from R_{t−s} (sin odd, cos even)
+  rows w_r = rows::Zero(2, 4);
+  w_r(0, 0) = 1;  // r_0 = sin((s − t)·ω_0) = sin(2^63) with ω_0 = 1
+  w_r(1, 2) = 1;  // r_1 = cos(2^63)
+  const cn::transformer_xl<double> xl1(2, rows::Zero(1, 2), rows::Zero(1, 2), w_r);
+  const double e0[2] = {1, 0}, e1[2] = {0, 1}, zero2[2] = {0, 0};
+  const auto at = lrpe::detail::angle_cos_sin(lo, 1.0);  // (t − s)·ω_0 = −2^63
+  CHECK(xl1.score(e0, 0, zero2, lo) == doctest::Approx(-at.s).epsilon(1e-12));
+  CHECK(xl1.score(e1, 0, zero2, lo) == doctest::Approx(at.c).epsilon(1e-12));
+  CHECK(xl1.score(e0, 0, zero2, 5) == doctest::Approx(std::sin(-5.0)).epsilon(1e-12));
+}
+
+TEST_CASE("cosFormer: exact angles, so features agree with the direct score far from 0; tiny M rejected") {
+  // M = 7, t = s + 3: the weight cos(3π/14) at every s; one rounded angle π·s/(2M) in double
+  // lost it (0.7317 at s = 2^52, 1.0 at 2^62)
+  const cn::cosformer<double> cf(1, 7.0);
+  const double want = std::cos(3 * std::numbers::pi / 14);
+  const double one = 1;
+  for (const position_t s : {position_t{0}, position_t{1} << 40, position_t{1} << 52, position_t{1} << 62,
+                             std::numeric_limits<position_t>::max() - 3, std::numeric_limits<position_t>::min()}) {
+    CAPTURE(s);
+    double fs[2], ft[2];
+    cf.features(cn::side::query, &one, s, fs);
+    cf.features(cn::side::key, &one, s + 3, ft);
+    CHECK(fs[0] * ft[0] + fs[1] * ft[1] == doctest::Approx(want).epsilon(1e-9));
+    CHECK(cf.score(&one, s, &one, s + 3) == doctest::Approx(want).epsilon(1e-12));
+  }
+  CHECK_THROWS_WITH_AS(cn::cosformer<double>(1, std::numeric_limits<double>::denorm_min()),
+                       doctest::Contains("argument 'M' must be at least pi / 2^961"), lrpe::parameter_error);
+  CHECK_NOTHROW(cn::cosformer<double>(1, 1e-280));
+}
+
+TEST_CASE("DeBERTa-v2: spans past 2^62 rejected (2*span rows); a log bucket past int64 saturates") {
+  CHECK_THROWS_WITH_AS(cn::deberta_buckets({0, std::numeric_limits<position_t>::max()}).validate("t"),
+                       doctest::Contains("must give an attention span in [1, 2^62]"), lrpe::parameter_error);
+  CHECK_NOTHROW(cn::deberta_buckets({0, position_t{1} << 62}).validate("t"));
+  // bucket size 2^41, max_position 2^40 + 2: log((2^40 + 1)/2^40) ≈ 2^−40 in the denominator
+  const position_t top = std::numeric_limits<position_t>::max();
+  CHECK(cn::deberta_log_bucket(top, index_t{1} << 41, (position_t{1} << 40) + 2) == top);
+  CHECK(cn::deberta_log_bucket(std::numeric_limits<position_t>::min(), index_t{1} << 41, (position_t{1} << 40) + 2) ==
+        -top);
 }
 
 TEST_CASE("buckets: DeBERTa-v2 log buckets (256, 512) reproduce REFERENCE.md") {

@@ -185,6 +185,41 @@ TEST_CASE_TEMPLATE("simd softmax, ALiBi and T5 bias (through bias(s, t)): == ref
   }
 }
 
+TEST_CASE("simd softmax: table biases past max(float)/log2(e) give the reference's softmax, not NaN or zero rows") {
+  // The kernels add log2(e)·bias: a finite float entry of 3e38 (or the mask value −max) would
+  // be ±inf there. Rows of equal huge biases: uniform weights (out = mean of v) as on the
+  // reference; one far entry of −max among normal ones: weight 0 for it, as on the reference.
+  const index_t d = 4;
+  constexpr float big = std::numeric_limits<float>::max();
+  for (const index_t n : {index_t{4}, index_t{70}}) {  // the direct kernel (≤ 8 rows) and the tiled one
+    CAPTURE(n);
+    lrpe::generator g(0x51D0'00B1);
+    const rm<float> q = random_matrix<float>(g, n, d), k = random_matrix<float>(g, n, d);
+    const rm<float> v = random_matrix<float>(g, n, d);
+    const lrpe::canonical::toeplitz_bias<float> plus(d, 2, rm<float>::Constant(1, 5, 3e38f));
+    const lrpe::canonical::toeplitz_bias<float> minus(d, 2, rm<float>::Constant(1, 5, -big));
+    rm<float> far_masked = rm<float>::Zero(1, 5);
+    far_masked(0, 0) = -big;  // t − s ≤ −2: masked by the bias alone
+    const lrpe::canonical::toeplitz_bias<float> partly(d, 2, far_masked);
+    const auto both = [&](const auto& enc, bool causal) {
+      lrpe::softmax_options<> so;
+      so.causal = causal;
+      rm<float> ref(n, d), got(n, d);
+      lrpe::softmax_attention(q, k, v, ref, enc, so);
+      lrpe::softmax_attention(q, k, v, got, enc, so, lrpe::backend::simd<>{});
+      REQUIRE(ref.allFinite());
+      CHECK(got.allFinite());
+      return static_cast<double>((got - ref).cwiseAbs().maxCoeff()) / (1 + ref.cwiseAbs().maxCoeff());
+    };
+    for (const bool causal : {false, true}) {
+      CAPTURE(causal);
+      CHECK(both(plus, causal) <= 2e-5);
+      CHECK(both(minus, causal) <= 2e-5);
+      CHECK(both(partly, causal) <= 2e-5);
+    }
+  }
+}
+
 TEST_CASE_TEMPLATE("simd softmax, every LRPE preset through the multiplicative path: == reference", T, float,
                    double) {
   const std::uint64_t seed = 0x51D0'0003;

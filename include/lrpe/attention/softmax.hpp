@@ -188,10 +188,14 @@ void softmax_attention(const Q& q_in, const K& k_in, const V& v_in, O&& out_in, 
   const index_t d = q.cols;
   if constexpr (!is_none) detail::require_encoding_dim<T>(encoding, d, where);
   if constexpr (value_encoding<Encoding>) {
-    detail::require_shape(v.cols == static_cast<index_t>(encoding.dim()), where, "v.cols",
-                          detail::lazy_concat("must equal encoding.dim() = ", encoding.dim(),
-                                         " (the encoding adds a^V to the values)"),
-                          v.cols);
+    bool adds_values = true;  // a Shaw encoding without a^V table adds nothing: any v.cols
+    if constexpr (requires { encoding.has_value_table(); }) adds_values = encoding.has_value_table();
+    if (adds_values) {
+      detail::require_shape(v.cols == static_cast<index_t>(encoding.dim()), where, "v.cols",
+                            detail::lazy_concat("must equal encoding.dim() = ", encoding.dim(),
+                                                " (the encoding adds a^V to the values)"),
+                            v.cols);
+    }
   }
   if (q.rows == 0) return;
   const double scale_d = detail::resolve_scale(encoding, options.scale, d, where);
@@ -236,7 +240,8 @@ void softmax_attention(const Q& q_in, const K& k_in, const V& v_in, O&& out_in, 
     auto logits = [&](index_t i0, index_t i1, index_t j0, index_t j1, auto& S) {
       for (index_t i = i0; i < i1; ++i) {
         for (index_t j = j0; j < j1; ++j) {
-          S(i - i0, j - j0) = scale * static_cast<T>(encoding.score(q.row(i), qp[i], k.row(j), kp[j]));
+          // scaled in double, then rounded once: a score past T's range whose scaled logit is not
+          S(i - i0, j - j0) = static_cast<T>(scale_d * encoding.score(q.row(i), qp[i], k.row(j), kp[j]));
         }
       }
     };

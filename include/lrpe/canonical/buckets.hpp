@@ -126,8 +126,9 @@ struct deberta_buckets {
   /// `parameter_error` if span() < 1, or if log buckets are used with position_buckets < 4
   /// or max_relative_positions − 1 ≤ position_buckets/2 (the log base would be ≤ 1).
   void validate(const char* where) const {
-    detail::require_parameter(span() >= 1, where, "position_buckets / max_relative_positions",
-                              "must give an attention span >= 1", span());
+    detail::require_parameter(span() >= 1 && span() <= (position_t{1} << 62), where,
+                              "position_buckets / max_relative_positions",
+                              "must give an attention span in [1, 2^62] (the tables have 2*span rows)", span());
     if (log_buckets()) {
       detail::require_parameter(position_buckets >= 4, where, "position_buckets",
                                 "must be >= 4 (or <= 0 for no log buckets)", position_buckets);
@@ -155,7 +156,10 @@ struct deberta_buckets {
                 std::log(static_cast<double>(max_position - 1) / static_cast<double>(mid)) *
                 static_cast<double>(mid - 1)) +
       static_cast<double>(mid);
-  const auto p = static_cast<position_t>(log_pos);
+  // log_pos ≥ mid > 0; past int64 (a huge span with max_position near mid) it saturates, as the
+  // offsets do: the attention span clamps either
+  constexpr double top = 0x1p63;
+  const position_t p = log_pos < top ? static_cast<position_t>(log_pos) : std::numeric_limits<position_t>::max();
   return rel < 0 ? -p : p;
 }
 

@@ -96,11 +96,13 @@ class transformer_xl {
       out[half + k] = c;
     }
   }
-  /// r = W_R R_{s−t} (d entries) for the offset δ = t − s.
+  /// r = W_R R_{s−t} (d entries) for the offset δ = t − s: R_{−δ} = [−sin(δω), cos(δω)], from
+  /// R_δ (−δ itself overflows at δ = −2^63).
   void position_vector(position_t delta, T* out) const {
     const index_t dm = model_dim();
     lrpe::detail::small_buffer<double> r(dm);
-    sinusoid(-delta, r.data());
+    sinusoid(delta, r.data());
+    for (index_t k = 0; k < dm / 2; ++k) r[k] = -r[k];
     const auto w = w_r();
     for (index_t i = 0; i < d_; ++i) {
       double acc = 0;

@@ -271,6 +271,20 @@ struct softmax_shared {
 inline constexpr std::size_t softmax_tile_prefetch_bytes = std::size_t(1) << 23;
 
 /**
+ * An additive bias in the kernels' base-2 logits: log₂e·b, formed in double and, when finite,
+ * held within ±max(T). A finite table entry past max(T)/log₂e (−3.4e38, float's "minus
+ * infinity" of many masks, is one) would otherwise become an infinite logit: NaN rows for +,
+ * and for − rows taken as fully masked where the reference gives their softmax. Infinite and
+ * NaN biases pass as they are (a −∞ bias masks, as on the reference).
+ */
+template <class T>
+inline T bias_log2(double b) noexcept {
+  constexpr double top = static_cast<double>(std::numeric_limits<T>::max());
+  if (std::isinf(b)) return static_cast<T>(b);
+  return static_cast<T>(std::clamp(std::numbers::log2e * b, -top, top));  // NaN stays NaN
+}
+
+/**
  * One query tile [i0, i0 + bq) of the online softmax on the scratch of workspace `ws`.
  * @param bias `no_bias` or a pointer to an additive encoding (`bias(s, t)`).
  */
@@ -282,7 +296,6 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
   constexpr index_t W = tl::W, U = tl::U, BK = tl::BK, R = tl::R, BQ = tl::BQ;
   constexpr T neg_inf = -std::numeric_limits<T>::infinity();
   constexpr bool has_bias = !std::is_same_v<Bias, no_bias>;
-  const T log2e = std::numbers::log2e_v<T>;
   const index_t d = sh.d, dvp = sh.dvp;
   const index_t bq = std::min(BQ, p.nq - i0);
   const index_t bqp = round_up(bq, R);
@@ -371,7 +384,7 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
           const index_t delta = e - (bqp - 1);
           tb[e] = e < e_lo || e > e_hi
                       ? T(0)
-                      : log2e * static_cast<T>(delta >= 0 ? bias->bias(q0, k0 + delta) : bias->bias(q0 - delta, k0));
+                      : bias_log2<T>(delta >= 0 ? bias->bias(q0, k0 + delta) : bias->bias(q0 - delta, k0));
         }
         for (index_t i = 0; i < bqp; ++i) {
           const T* row_b = tb + (bqp - 1 - i);
@@ -383,7 +396,7 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
         for (index_t i = 0; i < bqp; ++i) {
           T* srow = st + i * BK;
           for (index_t j = 0; j < bk; ++j)
-            srow[j] += log2e * static_cast<T>(bias->bias(qp_local[i], p.k_positions[j0 + j]));
+            srow[j] += bias_log2<T>(bias->bias(qp_local[i], p.k_positions[j0 + j]));
         }
       }
     }
@@ -495,7 +508,6 @@ void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>
   constexpr index_t W = static_cast<index_t>(B::size), BK = 4 * W, VU = 4;
   constexpr T neg_inf = -std::numeric_limits<T>::infinity();
   constexpr bool has_bias = !std::is_same_v<Bias, no_bias>;
-  const T log2e = std::numbers::log2e_v<T>;
   const index_t d = q.cols, dv = p.v.cols, dw = d / W * W, dvw = dv / W * W, dvp = round_up(std::max<index_t>(dv, 1), W);
   const index_t dp = round_up(std::max<index_t>(d, 1), W);
   const bool k_offsets = !p.k_positions.is_array();
@@ -569,7 +581,7 @@ void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>
         }
       }
       if constexpr (has_bias) {
-        for (index_t j = 0; j < bk; ++j) sr[j] += log2e * static_cast<T>(bias->bias(qpos[r], p.k_positions[j0 + j]));
+        for (index_t j = 0; j < bk; ++j) sr[j] += bias_log2<T>(bias->bias(qpos[r], p.k_positions[j0 + j]));
       }
       // mask: keys past the block and, when causal, keys after the row
       index_t cut = bk;
