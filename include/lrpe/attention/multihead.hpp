@@ -41,9 +41,11 @@ struct heads_view {
   [[nodiscard]] matrix_view<T> head(index_t b, index_t h) const noexcept {
     return matrix_view<T>(data + b * batch_stride + h * head_stride, seq, dim, seq_stride);
   }
-  /// A mutable view converts to a const one.
-  operator heads_view<const T>() const noexcept  // NOLINT implicit
-    requires(!std::is_const_v<T>)
+  /// A mutable view converts to a const one. (A template, so that a const view declares no
+  /// conversion to its own type: nvcc's front end warns about one even when it is constrained away.)
+  template <class U = T>
+    requires(std::is_same_v<U, T> && !std::is_const_v<U>)
+  operator heads_view<const U>() const noexcept  // NOLINT implicit
   {
     return {data, batch, heads, seq, dim, batch_stride, head_stride, seq_stride};
   }
