@@ -283,3 +283,31 @@ TEST_CASE("Shaw without an a^V table adds nothing to the values: any v.cols") {
   CHECK_THROWS_WITH_AS(lrpe::softmax_attention(q, k, v, out, with_values, lrpe::softmax_options<>{}),
                        doctest::Contains("argument 'v.cols' must equal encoding.dim() = 4"), lrpe::shape_error);
 }
+
+TEST_CASE("multi-head: a head whose encoding has the wrong width throws before any head is written") {
+  const index_t B = 1, H = 3, N = 5, D = 4;
+  lrpe::generator g(0xCA70'0009);
+  std::vector<double> qb(B * H * N * D), kb(qb.size()), vb(qb.size());
+  for (auto* buf : {&qb, &kb, &vb})
+    for (auto& x : *buf) x = g.normal();
+  std::vector<double> ob(qb.size(), 7.0);  // sentinel: must survive the failed calls
+  const auto make = [&](std::vector<double>& b) { return lrpe::bnsh(b.data(), B, H, N, D); };
+  const auto cmake = [&](std::vector<double>& b) { return lrpe::heads_view<const double>(make(b)); };
+  // one encoding per head, the last one 2 wide: heads 0 and 1 would run before head 2 threw
+  const std::vector<cn::alibi<double>> softmax_heads = {cn::alibi<double>(D, {0.5}), cn::alibi<double>(D, {0.25}),
+                                                         cn::alibi<double>(2, {0.125})};
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention(cmake(qb), cmake(kb), cmake(vb), make(ob), softmax_heads),
+                       doctest::Contains("argument 'encoding.dim()' must equal q.cols = 4; got 2"), lrpe::shape_error);
+  CHECK(std::all_of(ob.begin(), ob.end(), [](double x) { return x == 7.0; }));
+  const std::vector<cn::cosformer<double>> linear_heads = {cn::cosformer<double>(D, 8), cn::cosformer<double>(D, 8),
+                                                            cn::cosformer<double>(3, 8)};
+  CHECK_THROWS_AS(lrpe::linear_attention(cmake(qb), cmake(kb), cmake(vb), make(ob), linear_heads,
+                                         lrpe::feature_maps::elu_plus_one{}),
+                  lrpe::shape_error);
+  CHECK(std::all_of(ob.begin(), ob.end(), [](double x) { return x == 7.0; }));
+  // the valid heads alone run
+  const std::vector<cn::alibi<double>> good(softmax_heads.begin(), softmax_heads.begin() + 2);
+  const auto two = [&](std::vector<double>& b) { return lrpe::bnsh(b.data(), B, 2, N, D); };
+  CHECK_NOTHROW(lrpe::softmax_attention(lrpe::heads_view<const double>(two(qb)), lrpe::heads_view<const double>(two(kb)),
+                                        lrpe::heads_view<const double>(two(vb)), two(ob), good));
+}

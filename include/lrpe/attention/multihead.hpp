@@ -145,6 +145,24 @@ inline constexpr bool shared_encoding_v =
     !multi_head_table<E> && !std::is_invocable_v<const E&, index_t> &&
     !(std::ranges::random_access_range<const E> && std::ranges::sized_range<const E>);
 
+/**
+ * Every head's encoding checked before any head runs (its width against q's, and a table's or
+ * a range's head count), so that a bad head h throws before heads 0 … h − 1 have written their
+ * outputs. A callable h → encoding is not called twice (it may build each head's encoding): its
+ * heads are checked as they run.
+ */
+template <class T, class E>
+void check_head_encodings(const E& encodings, index_t heads, index_t d, const char* where) {
+  if constexpr (multi_head_table<E> || !std::is_invocable_v<const E&, index_t>) {
+    const index_t distinct = shared_encoding_v<E> ? std::min<index_t>(heads, 1) : heads;
+    for (index_t h = 0; h < distinct; ++h) {
+      const auto& encoding = head_encoding(encodings, h, heads, where);
+      if constexpr (!std::is_same_v<std::remove_cvref_t<decltype(encoding)>, no_encoding>)
+        require_encoding_dim<T>(encoding, d, where);
+    }
+  }
+}
+
 template <class T>
 heads_view<const T> as_const_heads(const heads_view<T>& x) noexcept {
   return {x.data, x.batch, x.heads, x.seq, x.dim, x.batch_stride, x.head_stride, x.seq_stride};
@@ -190,6 +208,7 @@ void softmax_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const h
   detail::require_kv_heads(q, k, where, "k");
   detail::require_same_bh(k, v, where, "v");
   detail::require_same_bh(q, out, where, "out");
+  detail::check_head_encodings<std::remove_const_t<TQ>>(encodings, q.heads, q.dim, where);
   // Decode with grouped K/V (GQA, MQA): one query row per head and one encoding for every head.
   // The group's query heads are the rows of one call over their K/V head, which is then read
   // (and encoded) once per group instead of once per query head. Rows are independent: the
@@ -306,6 +325,7 @@ void linear_attention_heads(const heads_view<TQ>& q, const heads_view<TK>& k, co
     require_decay(options.decay, where);  // before the states are compared with it
   }
   if (states != nullptr) check_head_states(q, k, v, encodings, options, *states, where);
+  else check_head_encodings<std::remove_const_t<TQ>>(encodings, q.heads, q.dim, where);
   // (b, h) pairs, h-major; a backend may run them on several threads (backend::for_each_head)
   for_each_head(backend, q.heads * q.batch, [&](index_t item, const auto& head_backend) {
     const index_t h = item / q.batch, b = item % q.batch, hk = kv_head(q, k, h);
