@@ -198,6 +198,16 @@ TEST_CASE("DeBERTa-v2: spans past 2^62 rejected (2*span rows); a log bucket past
   CHECK(cn::deberta_log_bucket(top, index_t{1} << 41, (position_t{1} << 40) + 2) == top);
   CHECK(cn::deberta_log_bucket(std::numeric_limits<position_t>::min(), index_t{1} << 41, (position_t{1} << 40) + 2) ==
         -top);
+  // a disabled term's table is empty (not even checked): its vectors are null, not a read past it
+  rows kr = rows::Zero(8, 2);
+  kr(5, 1) = 3;
+  const cn::deberta_v2<double> c2p_only(2, 1, {0, 4}, kr, rows{}, cn::deberta_terms{true, false});
+  CHECK(c2p_only.query_vector(1) == nullptr);
+  REQUIRE(c2p_only.key_vector(-1) != nullptr);  // s − t = 1: row 1 + span = 5
+  CHECK(c2p_only.key_vector(-1)[1] == 3);
+  const cn::deberta_v2<double> p2c_only(2, 1, {0, 4}, rows{}, kr, cn::deberta_terms{false, true});
+  CHECK(p2c_only.key_vector(0) == nullptr);
+  CHECK(p2c_only.query_vector(-1)[1] == 3);
 }
 
 TEST_CASE("buckets: DeBERTa-v2 log buckets (256, 512) reproduce REFERENCE.md") {

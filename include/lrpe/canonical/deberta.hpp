@@ -138,13 +138,13 @@ class deberta_v2 {
     const position_t span = cfg_.span();
     return static_cast<index_t>(std::clamp<position_t>(rel, -span, span - 1) + span);  // no rel + span overflow
   }
-  /// K_r[c(δ)] of this head (d entries); valid only with c2p.
+  /// K_r[c(δ)] of this head (d entries); nullptr without c2p (whose table is not checked, or empty).
   [[nodiscard]] const T* key_vector(position_t delta) const noexcept {
-    return key_->row(table_index(delta)).data() + h_ * d_;
+    return terms_.c2p ? key_->row(table_index(delta)).data() + h_ * d_ : nullptr;
   }
-  /// Q_r[c(δ)] of this head (d entries); valid only with p2c.
+  /// Q_r[c(δ)] of this head (d entries); nullptr without p2c (whose table is not checked, or empty).
   [[nodiscard]] const T* query_vector(position_t delta) const noexcept {
-    return query_->row(table_index(delta)).data() + h_ * d_;
+    return terms_.p2c ? query_->row(table_index(delta)).data() + h_ * d_ : nullptr;
   }
 
   /// Direct formula q·k + q·K_r[c] + k·Q_r[c] (terms as configured), unscaled.
