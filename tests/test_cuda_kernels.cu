@@ -218,6 +218,23 @@ TEST_CASE("cuda host: cuda_error carries the call, the place and the CUDA error 
   }
 }
 
+TEST_CASE("cuda host: an error pending before a launch is reported as the caller's, not the launch's") {
+  CHECK_NOTHROW(lrpe::cuda::detail::check_pending(cudaSuccess, "lrpe::cuda::detail::softmax_kernel", "f.cuh", 1));
+  try {
+    lrpe::cuda::detail::check_pending(cudaErrorInvalidConfiguration, "lrpe::cuda::detail::softmax_kernel", "f.cuh",
+                                      7);
+    FAIL("no exception");
+  } catch (const lrpe::cuda_error& e) {
+    const std::string what = e.what();
+    CHECK(e.code() == cudaErrorInvalidConfiguration);
+    CHECK(what.find("f.cuh:7") != std::string::npos);
+    CHECK(what.find("earlier CUDA call, not lrpe's") != std::string::npos);
+    CHECK(what.find("before the launch of lrpe::cuda::detail::softmax_kernel") != std::string::npos);
+    CHECK(what.find("cudaErrorInvalidConfiguration") != std::string::npos);
+    CHECK(what.find("launch of lrpe::cuda::detail::softmax_kernel failed") == std::string::npos);
+  }
+}
+
 TEST_CASE("cuda host: arguments are validated before any CUDA call") {
   float* fake = reinterpret_cast<float*>(std::uintptr_t{256});  // never dereferenced: validation throws first
   const auto q = cu::rows(static_cast<const float*>(fake), 8, 16);

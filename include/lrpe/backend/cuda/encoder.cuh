@@ -105,6 +105,7 @@ void encode_launch(const encoder_desc& desc, device_view<const T> q, device_posi
   LRPE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const index_t wanted = (total + warps - 1) / warps;
   const auto blocks = static_cast<unsigned>(std::min<index_t>(wanted, static_cast<index_t>(sms) * 32));
+  LRPE_CUDA_CHECK_PENDING("lrpe::cuda::detail::encode_qk_kernel");
   encode_qk_kernel<T><<<blocks, static_cast<unsigned>(warps * 32), shared, stream>>>(desc, q, qp, q_out, k, kp,
                                                                                       k_out);
   LRPE_CUDA_CHECK_LAUNCH("lrpe::cuda::detail::encode_qk_kernel");

@@ -297,6 +297,7 @@ inline void require_non_decreasing(const device_positions& qp, index_t nq, const
   LRPE_CUDA_CHECK(cudaMemsetAsync(flags, 0, 2 * sizeof(int), stream));
   const auto launch = [&](const device_positions& p, index_t n, int* flag) {
     const auto blocks = static_cast<unsigned>(std::min<index_t>((n + 255) / 256, 1024));
+    LRPE_CUDA_CHECK_PENDING("lrpe::cuda::detail::decreasing_positions_kernel");
     decreasing_positions_kernel<<<blocks, 256, 0, stream>>>(p.array, n, flag);
     LRPE_CUDA_CHECK_LAUNCH("lrpe::cuda::detail::decreasing_positions_kernel");
   };
@@ -375,6 +376,7 @@ void linear_launch(const encoder_desc& enc, device_feature_map phi, device_view<
   if (col_tiles == 0) return;
   const dim3 grid(grid_x(col_tiles, where, "v.dim", v.dim), static_cast<unsigned>(q.heads),
                   static_cast<unsigned>(q.batch));
+  LRPE_CUDA_CHECK_PENDING("lrpe::cuda::detail::linear_kernel");
   linear_kernel<T><<<grid, linear_threads, shared, stream>>>(p, q, k, v, out);
   LRPE_CUDA_CHECK_LAUNCH("lrpe::cuda::detail::linear_kernel");
 }

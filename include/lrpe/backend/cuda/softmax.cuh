@@ -181,6 +181,7 @@ void softmax_launch(const encoder_desc& enc, const device_bias* bias, device_vie
   reserve_shared(softmax_kernel<T>, shared, where, "the feature and value widths");
   const dim3 grid(grid_x((q.seq + softmax_br - 1) / softmax_br, where, "q.seq", q.seq), static_cast<unsigned>(q.heads),
                   static_cast<unsigned>(q.batch));
+  LRPE_CUDA_CHECK_PENDING("lrpe::cuda::detail::softmax_kernel");
   softmax_kernel<T><<<grid, softmax_threads, shared, stream>>>(p, q, k, v, out);
   LRPE_CUDA_CHECK_LAUNCH("lrpe::cuda::detail::softmax_kernel");
 }
