@@ -308,6 +308,18 @@ TEST_CASE_TEMPLATE("canonical: URPE C_st = c_h[T5 bucket(t - s)], per head; ones
   }
   const auto ones = cn::urpe<T>::ones(3);
   CHECK(ones.head(2).weight(-5, 100) == 1.0);
+  // Default: one head, C = 1 over the default buckets, so that options holding it default-construct.
+  const cn::urpe<T> none;
+  CHECK(none.heads() == 1);
+  CHECK(none.buckets().num_buckets == 64);
+  CHECK(none.buckets().max_distance == 128);
+  CHECK(none.table().isOnes());
+  CHECK(none.weight(7, -1000) == 1.0);
+  lrpe::softmax_options<cn::urpe<T>> o;
+  o.causal = true;
+  CHECK(o.reweight.weight(0, 3) == 1.0);
+  o.reweight = all.head(3);
+  CHECK(o.reweight.weight(0, 3) == static_cast<double>(table(3, naive_t5_bucket(3, 64, 128, true))));
 }
 
 // ============================================================== composing a new variant

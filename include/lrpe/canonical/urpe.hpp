@@ -44,6 +44,10 @@ class urpe {
   /// URPE's bucket defaults: 64 bidirectional buckets, max distance 128.
   static constexpr t5_buckets default_buckets{64, 128, true};
 
+  /// One head, C = 1 over `default_buckets`: no reweighting (as `ones(1)`), so that
+  /// `softmax_options<urpe<T>>` is default-constructible; assign a trained table before use.
+  urpe() : urpe(default_buckets, row_matrix<T>::Ones(1, default_buckets.num_buckets)) {}
+
   /**
    * @param cfg   the bucket function (T5 semantics).
    * @param table heads × num_buckets, finite.
