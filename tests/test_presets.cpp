@@ -145,6 +145,45 @@ TEST_CASE_TEMPLATE("preset: encode equals the dense M_s product and scores are s
   }
 }
 
+TEST_CASE_TEMPLATE("backend-tagged encode / encode_qk on backend::reference (the CPU library alone) == dense M_s per "
+                   "(batch, head)", T, float, double) {
+  lrpe::generator g(ref::seed(20261124));
+  const lrpe::index_t B = 2, H = 3, nq = 4, nk = 5, d = 6;
+  const lrpe::type1<T> e(d);
+  const auto q = ref::random_rows<T>(B * H * nq, d, g.next());
+  const auto k = ref::random_rows<T>(B * H * nk, d, g.next());
+  lrpe::row_matrix<T> qo(B * H * nq, d), ko(B * H * nk, d);
+  const std::vector<lrpe::position_t> kpos = {9, -4, 1'000'003, 0, 2};
+  // BSNH: row (b, i, h) at ((b·seq + i)·H + h)·d
+  lrpe::encode_qk(lrpe::backend::reference{}, e, lrpe::bsnh(q.data(), B, nq, H, d), 7, lrpe::bsnh(k.data(), B, nk, H, d),
+                  kpos, lrpe::bsnh(qo.data(), B, nq, H, d), lrpe::bsnh(ko.data(), B, nk, H, d));
+  const auto expect_row = [&](const lrpe::row_matrix<T>& x, lrpe::index_t row, lrpe::position_t s) {
+    return Eigen::Matrix<ref::cld, Eigen::Dynamic, 1>(ref::M(e, s) * x.row(row).transpose().template cast<ref::cld>());
+  };
+  for (lrpe::index_t b = 0; b < B; ++b)
+    for (lrpe::index_t h = 0; h < H; ++h) {
+      for (lrpe::index_t i = 0; i < nq; ++i) {
+        const lrpe::index_t row = (b * nq + i) * H + h;
+        CHECK(ref::max_abs_diff(qo.row(row).transpose().template cast<ref::cld>().eval(), expect_row(q, row, 7 + i)) <=
+              tol(e));
+      }
+      for (lrpe::index_t i = 0; i < nk; ++i) {
+        const lrpe::index_t row = (b * nk + i) * H + h;
+        CHECK(ref::max_abs_diff(ko.row(row).transpose().template cast<ref::cld>().eval(),
+                                expect_row(k, row, kpos[std::size_t(i)])) <= tol(e));
+      }
+    }
+  lrpe::row_matrix<T> one(nq, d);
+  lrpe::encode(lrpe::backend::reference{}, e, lrpe::matrix_view<const T>(q.data(), nq, d), -3, lrpe::view(one));
+  for (lrpe::index_t i = 0; i < nq; ++i)
+    CHECK(ref::max_abs_diff(one.row(i).transpose().template cast<ref::cld>().eval(), expect_row(q, i, -3 + i)) <= tol(e));
+  // K's output with the wrong head count names k_out
+  CHECK_THROWS_WITH_AS(lrpe::encode_qk(lrpe::backend::reference{}, e, lrpe::bnsh(q.data(), B, H, nq, d), 0,
+                                       lrpe::bnsh(k.data(), B, H, nk, d), 0, lrpe::bnsh(qo.data(), B, H, nq, d),
+                                       lrpe::bnsh(ko.data(), B, H - 1, nk, d)),
+                       doctest::Contains("k_out"), lrpe::shape_error);
+}
+
 TEST_CASE_TEMPLATE("rope_neox equals type5 and a plain split-half (rotate_half) RoPE", T, float, double) {
   constexpr lrpe::index_t d = 64;
   const lrpe::rope_neox<T> neox(d);

@@ -61,6 +61,9 @@ namespace {
 using lrpe::index_t;
 using lrpe::position_t;
 using simd = lrpe::backend::simd<>;
+static_assert(lrpe::backend::is_simd_backend_v<simd>);
+static_assert(lrpe::backend::is_simd_backend_v<lrpe::backend::simd_policy<>>);
+static_assert(!lrpe::backend::is_simd_backend_v<lrpe::backend::reference>);
 
 template <class T>
 long double tol(index_t d) {
@@ -279,6 +282,12 @@ TEST_CASE_TEMPLATE("simd encode_qk: BNSH / BSNH, shared and separate Q/K positio
     };
     lrpe::encode_qk(simd{}, e, hv(q.data(), nq, d), qp, hv(k.data(), nk, d), kp, hv(qo.data(), nq, f),
                     hv(ko.data(), nk, f));
+    // the simd_policy tag is the same kernel on the calling thread: bit for bit
+    lrpe::row_matrix<T> qpol(B * H * nq, f), kpol(B * H * nk, f);
+    lrpe::encode_qk(lrpe::backend::simd_policy<typename simd::arch_type>{}, e, hv(q.data(), nq, d), qp,
+                    hv(k.data(), nk, d), kp, hv(qpol.data(), nq, f), hv(kpol.data(), nk, f));
+    CHECK(qpol == qo);
+    CHECK(kpol == ko);
     lrpe::row_matrix<T> qr(B * H * nq, f), kr(B * H * nk, f);
     lrpe::encode_qk(lrpe::backend::reference{}, e, hv(q.data(), nq, d), qp, hv(k.data(), nk, d), kp,
                     hv(qr.data(), nq, f), hv(kr.data(), nk, f));

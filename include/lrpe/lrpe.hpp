@@ -35,4 +35,5 @@
 
 #include <lrpe/interop/rope_conventions.hpp>
 #include <lrpe/attention/attention.hpp>
+#include <lrpe/backend/reference/encode.hpp>
 #include <lrpe/canonical/canonical.hpp>

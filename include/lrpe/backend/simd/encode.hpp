@@ -33,7 +33,9 @@
 #pragma once
 
 #include <lrpe/attention/multihead.hpp>
+#include <lrpe/backend/reference/encode.hpp>
 #include <lrpe/backend/reference/tag.hpp>
+#include <lrpe/backend/simd/parallel.hpp>
 #include <lrpe/backend/simd/detail/kernels.hpp>
 #include <lrpe/backend/simd/encode_dft.hpp>
 #include <lrpe/backend/simd/tag.hpp>
@@ -71,14 +73,6 @@ enum class position_tables {
   /// a few rows (a decode step's one row per head).
   direct
 };
-
-/// Any `lrpe::encoder<P, L>`, presets included.
-template <class E>
-concept lrpe_encoder = requires {
-  typename E::p_type;
-  typename E::lambda_type;
-  typename E::scalar;
-} && std::is_base_of_v<encoder<typename E::p_type, typename E::lambda_type>, E>;
 
 namespace backend::simd_detail {
 
@@ -796,40 +790,11 @@ class simd_encoder {
 
 // ------------------------------------------------------------------ backend-tagged entry points
 
-/// `enc.encode(x, pos, out)` on the reference backend.
-template <lrpe_encoder E>
-void encode(backend::reference, const E& enc, matrix_view<const typename E::scalar> x, positions pos,
-            matrix_view<typename E::scalar> out) {
-  enc.encode(x, pos, out);
-}
-
 /// SIMD encode of one n×d block (see `simd_encoder::encode`).
 template <class Arch, lrpe_encoder E>
 void encode(backend::simd<Arch>, const E& enc, matrix_view<const typename E::scalar> x, positions pos,
             matrix_view<typename E::scalar> out) {
   simd_encoder<E, Arch>(enc).encode(x, pos, out);
-}
-
-/// Q and K of every (batch, head) on the reference backend: `enc.encode` per head.
-template <lrpe_encoder E>
-void encode_qk(backend::reference, const E& enc, heads_view<const typename E::scalar> q, positions q_pos,
-               heads_view<const typename E::scalar> k, positions k_pos, heads_view<typename E::scalar> q_out,
-               heads_view<typename E::scalar> k_out) {
-  constexpr const char* where = "lrpe::encode_qk";
-  detail::require_shape(q.batch >= 0 && q.heads >= 0 && q.seq >= 0, where, "q", "must have non-negative batch, heads and seq",
-                        detail::lazy_concat(q.batch, "x", q.heads, "x", q.seq));
-  detail::require_shape(k.batch >= 0 && k.heads >= 0 && k.seq >= 0, where, "k", "must have non-negative batch, heads and seq",
-                        detail::lazy_concat(k.batch, "x", k.heads, "x", k.seq));
-  q_pos.require_rows(q.seq, where, "q_pos");
-  k_pos.require_rows(k.seq, where, "k_pos");
-  detail::require_shape(q_out.batch == q.batch && q_out.heads == q.heads, where, "q_out",
-                        "must have q's batch and heads", detail::lazy_concat(q_out.batch, "x", q_out.heads));
-  detail::require_shape(k_out.batch == k.batch && k_out.heads == k.heads, where, "k_out",
-                        "must have k's batch and heads", detail::lazy_concat(k_out.batch, "x", k_out.heads));
-  for (index_t b = 0; b < q.batch; ++b)
-    for (index_t h = 0; h < q.heads; ++h) enc.encode(q.head(b, h), q_pos, q_out.head(b, h));
-  for (index_t b = 0; b < k.batch; ++b)
-    for (index_t h = 0; h < k.heads; ++h) enc.encode(k.head(b, h), k_pos, k_out.head(b, h));
 }
 
 /// SIMD Q and K of every (batch, head) in one call (see `simd_encoder::encode_qk`).
@@ -838,6 +803,22 @@ void encode_qk(backend::simd<Arch>, const E& enc, heads_view<const typename E::s
                heads_view<const typename E::scalar> k, positions k_pos, heads_view<typename E::scalar> q_out,
                heads_view<typename E::scalar> k_out) {
   simd_encoder<E, Arch>(enc).encode_qk(q, q_pos, k, k_pos, q_out, k_out);
+}
+
+/// `encode` on a `simd_policy`: as on `simd<Arch>`, on the calling thread and its workspace (an
+/// encoder pass is memory-bound; the policy's pool and workspace are not used).
+template <class Arch, lrpe_encoder E>
+void encode(backend::simd_policy<Arch>, const E& enc, matrix_view<const typename E::scalar> x, positions pos,
+            matrix_view<typename E::scalar> out) {
+  encode(backend::simd<Arch>{}, enc, x, pos, out);
+}
+
+/// `encode_qk` on a `simd_policy`: as on `simd<Arch>` (see `encode` above).
+template <class Arch, lrpe_encoder E>
+void encode_qk(backend::simd_policy<Arch>, const E& enc, heads_view<const typename E::scalar> q, positions q_pos,
+               heads_view<const typename E::scalar> k, positions k_pos, heads_view<typename E::scalar> q_out,
+               heads_view<typename E::scalar> k_out) {
+  encode_qk(backend::simd<Arch>{}, enc, q, q_pos, k, k_pos, q_out, k_out);
 }
 
 }  // namespace v0

@@ -165,6 +165,10 @@ struct simd_policy {
   simd_workspace* workspace = nullptr;  ///< null: the pool's workspace 0, else the thread's own
 };
 
+/// A `simd_policy` is a SIMD backend tag too.
+template <class Arch>
+inline constexpr bool is_simd_backend_v<simd_policy<Arch>> = true;
+
 namespace simd_detail {
 
 /// Where a call's scratch lives and which threads it may use.

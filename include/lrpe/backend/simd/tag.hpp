@@ -37,7 +37,7 @@ struct simd {
   static constexpr const char* name = "simd";
 };
 
-/// True for every `backend::simd<Arch>`.
+/// True for every `backend::simd<Arch>` (and `simd_policy<Arch>`, parallel.hpp).
 template <class>
 inline constexpr bool is_simd_backend_v = false;
 template <class Arch>

@@ -1,0 +1,58 @@
+/**
+ * @file encode.hpp
+ * The backend-tagged encoder entry points on `backend::reference` (`encode`, `encode_qk`), so
+ * that generic code can take the backend as a parameter with the CPU library alone; the SIMD
+ * overloads are in `<lrpe/simd.hpp>`.
+ */
+#pragma once
+
+#include <lrpe/attention/multihead.hpp>
+#include <lrpe/backend/reference/tag.hpp>
+#include <lrpe/core/error.hpp>
+#include <lrpe/core/view.hpp>
+#include <lrpe/encoder.hpp>
+
+#include <type_traits>
+
+namespace lrpe {
+inline namespace v0 {
+
+/// Any `lrpe::encoder<P, L>`, presets included.
+template <class E>
+concept lrpe_encoder = requires {
+  typename E::p_type;
+  typename E::lambda_type;
+  typename E::scalar;
+} && std::is_base_of_v<encoder<typename E::p_type, typename E::lambda_type>, E>;
+
+/// `enc.encode(x, pos, out)` on the reference backend.
+template <lrpe_encoder E>
+void encode(backend::reference, const E& enc, matrix_view<const typename E::scalar> x, positions pos,
+            matrix_view<typename E::scalar> out) {
+  enc.encode(x, pos, out);
+}
+
+/// Q and K of every (batch, head) on the reference backend: `enc.encode` per head.
+template <lrpe_encoder E>
+void encode_qk(backend::reference, const E& enc, heads_view<const typename E::scalar> q, positions q_pos,
+               heads_view<const typename E::scalar> k, positions k_pos, heads_view<typename E::scalar> q_out,
+               heads_view<typename E::scalar> k_out) {
+  constexpr const char* where = "lrpe::encode_qk";
+  detail::require_shape(q.batch >= 0 && q.heads >= 0 && q.seq >= 0, where, "q", "must have non-negative batch, heads and seq",
+                        detail::lazy_concat(q.batch, "x", q.heads, "x", q.seq));
+  detail::require_shape(k.batch >= 0 && k.heads >= 0 && k.seq >= 0, where, "k", "must have non-negative batch, heads and seq",
+                        detail::lazy_concat(k.batch, "x", k.heads, "x", k.seq));
+  q_pos.require_rows(q.seq, where, "q_pos");
+  k_pos.require_rows(k.seq, where, "k_pos");
+  detail::require_shape(q_out.batch == q.batch && q_out.heads == q.heads, where, "q_out",
+                        "must have q's batch and heads", detail::lazy_concat(q_out.batch, "x", q_out.heads));
+  detail::require_shape(k_out.batch == k.batch && k_out.heads == k.heads, where, "k_out",
+                        "must have k's batch and heads", detail::lazy_concat(k_out.batch, "x", k_out.heads));
+  for (index_t b = 0; b < q.batch; ++b)
+    for (index_t h = 0; h < q.heads; ++h) enc.encode(q.head(b, h), q_pos, q_out.head(b, h));
+  for (index_t b = 0; b < k.batch; ++b)
+    for (index_t h = 0; h < k.heads; ++h) enc.encode(k.head(b, h), k_pos, k_out.head(b, h));
+}
+
+}  // namespace v0
+}  // namespace lrpe
