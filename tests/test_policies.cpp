@@ -201,6 +201,93 @@ TEST_CASE("lrpe::check reports a non-relative Λ as failed, with where") {
   CHECK_FALSE(lrpe::check::shift_invariance(e, 1, 4, 10).passed);
 }
 
+namespace {
+/// A rotation whose matrix() is right but whose apply() scales by 1.5: encode (and attention)
+/// run apply, so the encoder is neither unitary nor relative as it runs.
+template <class T>
+struct scaled_apply_rotation {
+  using scalar = T;
+  static constexpr bool is_complex = false;
+  lrpe::index_t dim() const { return 2; }
+  template <class V>
+  void apply(lrpe::position_t s, const V* x, V* y) const {
+    const double a = 0.25 * double(s);
+    y[0] = T(1.5) * (x[0] * T(std::cos(a)) - x[1] * T(std::sin(a)));
+    y[1] = T(1.5) * (x[1] * T(std::cos(a)) + x[0] * T(std::sin(a)));
+  }
+  lrpe::dense_matrix<T> matrix(lrpe::position_t s) const {
+    const double a = 0.25 * double(s);
+    lrpe::dense_matrix<T> m(2, 2);
+    m << T(std::cos(a)), T(-std::sin(a)), T(std::sin(a)), T(std::cos(a));
+    return m;
+  }
+};
+
+/// Angle s·θ + 1e-3·(s mod 1024)²: unitary, relative nowhere, at small and at huge positions alike.
+template <class T>
+struct wobbly_rotation {
+  using scalar = T;
+  static constexpr bool is_complex = false;
+  lrpe::index_t dim() const { return 2; }
+  template <class V>
+  void apply(lrpe::position_t s, const V* x, V* y) const {
+    const auto [c0, s0] = lrpe::detail::angle_cos_sin(s, 0.5);
+    const double w = 1e-3 * static_cast<double>(s & 1023) * static_cast<double>(s & 1023);
+    const double c = c0 * std::cos(w) - s0 * std::sin(w), sn = s0 * std::cos(w) + c0 * std::sin(w);
+    y[0] = x[0] * T(c) - x[1] * T(sn);
+    y[1] = x[1] * T(c) + x[0] * T(sn);
+  }
+  lrpe::dense_matrix<T> matrix(lrpe::position_t s) const {
+    const T e0[2] = {1, 0}, e1[2] = {0, 1};
+    lrpe::dense_matrix<T> m(2, 2);
+    T y[2];
+    apply(s, e0, y);
+    m(0, 0) = y[0];
+    m(1, 0) = y[1];
+    apply(s, e1, y);
+    m(0, 1) = y[0];
+    m(1, 1) = y[1];
+    return m;
+  }
+};
+}  // namespace
+
+TEST_CASE("lrpe::check: an apply() that disagrees with matrix() fails unitarity, relative and identity_at_zero") {
+  const lrpe::encoder<lrpe::p::identity<double>, scaled_apply_rotation<double>> e{lrpe::p::identity<double>(2), {}};
+  const auto u = lrpe::check::unitarity(e, {0, 3, -100});
+  CHECK_FALSE(u.passed);
+  CHECK(u.max_error >= 0.25);  // 0.5·|cos| or 0.5·|sin| at one of the positions
+  CHECK(u.to_string().find("encode_row(s) = M_s") != std::string::npos);
+  const auto r = lrpe::check::relative(e, 3, 10);
+  CHECK_FALSE(r.passed);
+  CHECK(r.max_error >= 0.25);
+  CHECK_FALSE(lrpe::check::identity_at_zero(e).passed);
+  // the same rotation applied as its matrix says passes all three
+  const lrpe::encoder<lrpe::p::identity<double>, lrpe::lambda::rotation<double>> good{
+      lrpe::p::identity<double>(2), lrpe::lambda::rotation<double>(2, std::vector<double>{0.25})};
+  CHECK(lrpe::check::unitarity(good, {0, 3, -100}).passed);
+  CHECK(lrpe::check::relative(good, 3, 10).passed);
+  CHECK(lrpe::check::identity_at_zero(good).passed);
+}
+
+TEST_CASE("lrpe::check: the default tolerance has no position term, so a non-relative Λ fails at huge positions too") {
+  const lrpe::encoder<lrpe::p::identity<double>, wobbly_rotation<double>> e{lrpe::p::identity<double>(2), {}};
+  constexpr position_t big = (position_t{1} << 50) + 500;  // off the wobble's period of 1024
+  CHECK(lrpe::check::unitarity(e, {3, big, big + 3}).passed);
+  CHECK_FALSE(lrpe::check::relative(e, 3, 10).passed);
+  const auto far = lrpe::check::relative(e, big, big + 3);
+  CHECK_FALSE(far.passed);  // with the old default (+ 8(|s|+|t|)ε ≈ 4) it passed
+  CHECK(far.tolerance == lrpe::check::default_tolerance(e));
+  CHECK_FALSE(lrpe::check::shift_invariance(e, 3, 10, big).passed);
+  // The position term is still there to be asked for, and then accepts anything this far out.
+  CHECK(lrpe::check::default_tolerance(e, big, big + 3) > 2.0);
+  CHECK(lrpe::check::relative(e, big, big + 3, lrpe::check::default_tolerance(e, big, big + 3)).passed);
+  // lrpe's own encoders meet the default at such positions (exact angles)
+  const lrpe::rope_neox<double> rope(8);
+  CHECK(lrpe::check::relative(rope, big, big + 3).passed);
+  CHECK(lrpe::check::shift_invariance(rope, 3, 10, big).passed);
+}
+
 // ---- errors ----
 namespace {
 template <class E, class F>
@@ -237,6 +324,12 @@ TEST_CASE("lrpe::check: positions at the ends of int64 and a NaN tolerance are e
   check_throws<lrpe::domain_error>([&] { (void)lrpe::check::unitarity(e, {0}, std::nan("")); }, "lrpe::check::unitarity");
   check_throws<lrpe::domain_error>([&] { (void)lrpe::check::identity_at_zero(e, std::nan("")); }, "'tol'");
   check_throws<lrpe::domain_error>([&] { (void)lrpe::check::shift_invariance(e, 1, 2, 3, 1, std::nan("")); }, "'tol'");
+  // an infinite tolerance would pass everything: a parameter error on every check
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  check_throws<lrpe::parameter_error>([&] { (void)lrpe::check::relative(e, 1, 2, inf); }, "'tol' must be finite");
+  check_throws<lrpe::parameter_error>([&] { (void)lrpe::check::unitarity(e, {0}, inf); }, "lrpe::check::unitarity");
+  check_throws<lrpe::parameter_error>([&] { (void)lrpe::check::identity_at_zero(e, inf); }, "'tol'");
+  check_throws<lrpe::parameter_error>([&] { (void)lrpe::check::shift_invariance(e, 1, 2, 3, 1, inf); }, "'tol'");
 }
 
 TEST_CASE("every foundation error path throws the documented type with a message naming the argument") {
@@ -278,6 +371,34 @@ TEST_CASE("every foundation error path throws the documented type with a message
   check_throws<shape_error>([] { lrpe::lambda::rotation<float>(4, std::vector<double>{1, 2, 3}); }, "theta.size()");
   check_throws<shape_error>([] { lrpe::lambda::rotation<float>(4, std::vector<double>{}); }, "theta.size()");
   check_throws<domain_error>([] { lrpe::lambda::rotation<float>(4, std::vector<double>{1, INFINITY}); }, "'theta' must be finite");
+  // a finite θ whose s·θ overflows at some int64 position (it gave NaN features silently)
+  check_throws<parameter_error>([] { lrpe::lambda::rotation<float>(4, std::vector<double>{1, 1e300}); },
+                                "'theta' must have |theta| < 2^960");
+  check_throws<parameter_error>([] { lrpe::lambda::complex_phase<double>(2, std::vector<double>{-0x1p960}); }, "at index 0");
+  check_throws<parameter_error>([] { (void)lrpe::freq::user(std::vector<double>{0.5, 0x1p961}); }, "at index 1");
+  {  // the largest allowed θ gives finite features at both ends of int64
+    const lrpe::lambda::rotation<double> r(2, std::vector<double>{std::nextafter(0x1p960, 0.0)});
+    const double x[2] = {1, 0};
+    double y[2];
+    for (position_t s : {std::numeric_limits<position_t>::min(), std::numeric_limits<position_t>::max()}) {
+      r.apply(s, x, y);
+      CHECK(std::isfinite(y[0]));
+      CHECK(std::isfinite(y[1]));
+      CHECK(std::abs(y[0] * y[0] + y[1] * y[1] - 1) <= 4 * std::numeric_limits<double>::epsilon());
+    }
+  }
+  // lrpe::exact_cos_sin is the library's exact angle: at s = 2^62 + 1 it differs from fl(s·θ)'s
+  {
+    const position_t s = (position_t{1} << 62) + 1;
+    const auto [c, sn] = lrpe::exact_cos_sin(s, 0.5);
+    const auto ref_cs = lrpe::detail::angle_cos_sin(s, 0.5);
+    CHECK(c == ref_cs.c);
+    CHECK(sn == ref_cs.s);
+    // s·0.5 = 2^61 + 0.5 exactly: cos of it from cos(2^61) and cos/sin(0.5) (angle addition in long double)
+    const long double a = std::cos(static_cast<long double>(0x1p61)), b = std::sin(static_cast<long double>(0x1p61));
+    const long double want = a * std::cos(0.5L) - b * std::sin(0.5L);
+    CHECK(std::abs(static_cast<long double>(c) - want) <= 1e-15L);
+  }
   check_throws<shape_error>([] { lrpe::rope_neox<float>(64, 10000, 7); }, "'rotary_dim' must be even");
   check_throws<shape_error>([] { lrpe::rope_neox<float>(64, 10000, 66); }, "got 66");
   check_throws<shape_error>([] { lrpe::freq::theta_a(5); }, "'rotated_dim' must be even");

@@ -1,7 +1,8 @@
 /**
  * @file angle.hpp
- * Internal: cos and sin of the exact angle s·θ, the one place every rotation and phase gets its
- * trigonometry from (docs/math.md §Angles).
+ * cos and sin of the exact angle s·θ, where every scalar rotation and phase gets its
+ * trigonometry from (docs/math.md §Angles); `lrpe::exact_cos_sin` is its public form, for
+ * user-written Λ policies.
  *
  * The angle is the exact real product of the integer position s and the double frequency θ,
  * at every int64 position. It is never rounded to one double: s·θ is split into doubles whose
@@ -100,5 +101,22 @@ inline cos_sin angle_cos_sin(position_t position, double theta) noexcept {
 }
 
 }  // namespace detail
+
+/// cos and sin of an angle.
+struct cos_sin_pair {
+  double cos, sin;
+};
+
+/**
+ * cos and sin of the exact angle s·θ (docs/math.md §Angles), the arithmetic of every lrpe
+ * rotation and phase, for user-written Λ policies: with it their W_sᴴ W_t = W_{t−s} holds to
+ * rounding at every position (one rounded product fl(s·θ) drifts by ~|s·θ|·2⁻⁵³, which
+ * `lrpe::check::relative` reports). θ finite with |θ| < 2^960.
+ */
+[[nodiscard]] inline cos_sin_pair exact_cos_sin(position_t s, double theta) noexcept {
+  const auto r = detail::angle_cos_sin(s, theta);
+  return {r.c, r.s};
+}
+
 }  // namespace v0
 }  // namespace lrpe

@@ -29,6 +29,19 @@ void require_finite(std::span<const T> values, const char* where, const char* ar
   }
 }
 
+/// Frequencies θ: finite (`domain_error`) and |θ| < 2^960 (`parameter_error`), so that the
+/// angle s·θ is a finite double product at every int64 position s (|s| ≤ 2^63).
+inline void require_frequencies(std::span<const double> theta, const char* where, const char* arg) {
+  require_finite(theta, where, arg);
+  for (std::size_t i = 0; i < theta.size(); ++i) {
+    if (!(std::abs(theta[i]) < 0x1p960)) {
+      throw parameter_error(concat(where, ": argument '", arg,
+                                   "' must have |theta| < 2^960 (s*theta finite at every int64 position s); got ",
+                                   theta[i], " at index ", i));
+    }
+  }
+}
+
 /// `got == expected` for a length.
 inline void require_size(index_t got, index_t expected, const char* where, const char* arg) {
   require_shape(got == expected, where, arg, lazy_concat("must have size ", expected), got);

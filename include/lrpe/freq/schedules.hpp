@@ -101,9 +101,10 @@ inline std::vector<double> complex_phase(index_t features, double base = 10000.0
   return theta;
 }
 
-/// A user-supplied schedule, validated finite (any sign; θ = 0 leaves a pair unrotated).
+/// A user-supplied schedule, validated finite with |θ| < 2^960 (any sign; θ = 0 leaves a pair
+/// unrotated).
 inline std::vector<double> user(std::span<const double> theta) {
-  detail::require_finite(theta, "lrpe::freq::user", "theta");
+  detail::require_frequencies(theta, "lrpe::freq::user", "theta");
   return {theta.begin(), theta.end()};
 }
 

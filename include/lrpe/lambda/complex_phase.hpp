@@ -33,7 +33,8 @@ class complex_phase {
   /**
    * @param d     the (complex) width.
    * @param theta the phase frequencies, θ.size() ≤ d, finite.
-   * @throws shape_error if d < 1 or θ.size() ∉ [1, d]; domain_error if θ is not finite.
+   * @throws shape_error if d < 1 or θ.size() ∉ [1, d]; domain_error if θ is not finite;
+   *         parameter_error if some |θ| ≥ 2^960 (s·θ would overflow).
    */
   complex_phase(index_t d, std::vector<double> theta) : d_(d), theta_(std::move(theta)) {
     constexpr const char* where = "lrpe::lambda::complex_phase";
@@ -41,7 +42,7 @@ class complex_phase {
     detail::require_shape(!theta_.empty() && static_cast<index_t>(theta_.size()) <= d, where,
                           "theta.size()", detail::lazy_concat("must be in [1, d] = [1, ", d, "]"),
                           theta_.size());
-    detail::require_finite(std::span<const double>(theta_), where, "theta");
+    detail::require_frequencies(theta_, where, "theta");
   }
 
   /// The paper's default: θ_j = 10000^(−2j/d) on all d features.

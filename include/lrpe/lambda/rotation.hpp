@@ -47,7 +47,8 @@ class rotation {
    * @param d     the width (≥ 1).
    * @param theta the e/2 frequencies (see lrpe::freq); 2·θ.size() ≤ d, finite.
    * @param p     the pairing of the rotated width.
-   * @throws shape_error if d < 1, θ is empty or 2·θ.size() > d; domain_error if θ is not finite.
+   * @throws shape_error if d < 1, θ is empty or 2·θ.size() > d; domain_error if θ is not finite;
+   *         parameter_error if some |θ| ≥ 2^960 (s·θ would overflow).
    */
   rotation(index_t d, std::vector<double> theta, pairing p = pairing::interleaved)
       : d_(d), theta_(std::move(theta)), pairing_(p) {
@@ -57,7 +58,7 @@ class rotation {
     detail::require_shape(e >= 2 && e <= d, where, "theta.size()",
                           detail::lazy_concat("must be in [1, d/2] = [1, ", d / 2, "] (rotated width 2*theta.size() <= d)"),
                           theta_.size());
-    detail::require_finite(std::span<const double>(theta_), where, "theta");
+    detail::require_frequencies(theta_, where, "theta");
   }
 
   /// Standard RoPE over the whole even part of d: θ = freq::theta_a(d − d mod 2).
