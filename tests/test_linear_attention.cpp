@@ -8,8 +8,10 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <complex>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -361,6 +363,14 @@ TEST_CASE("linear: multi-head segments with states: errors name the argument and
   const lrpe::feature_maps::elu_plus_one phi;
   const std::string where = "lrpe::linear_attention (multi-head): argument ";
   std::vector<lrpe::linear_attention_state<T>> five(5, lrpe::linear_attention_state<T>(8, 8, 1.0));
+  {  // a head's decay < 1 without causal: named as that head's, before any head writes out
+    const std::vector<double> decays{1.0, 0.5, 1.0};
+    std::fill(obuf.begin(), obuf.end(), T(-7));
+    CHECK_THROWS_WITH_AS(lrpe::linear_attention(x, x, x, o, enc, phi, lrpe::linear_options{.head_decays = decays}),
+                         doctest::Contains("'options.head_decays[h]' must be 1 unless options.causal"),
+                         lrpe::parameter_error);
+    CHECK(std::all_of(obuf.begin(), obuf.end(), [](T y) { return y == T(-7); }));
+  }
   CHECK_THROWS_WITH_AS(lrpe::linear_attention(x, x, x, o, enc, phi, five, lrpe::linear_options{.causal = true}),
                        (where + "'states.size()' must equal batch x heads = 6 (state b*heads + h for head (b, h)); "
                                 "got 5").c_str(),
@@ -456,6 +466,42 @@ TEST_CASE("linear: errors name the argument; empty sequences") {
   CHECK_THROWS_WITH_AS(lrpe::linear_attention(q, k, v, out, enc, lrpe::feature_maps::relu_eps{-1.0}),
                        doctest::Contains("'phi' must have eps >= 0"), lrpe::parameter_error);
   CHECK_NOTHROW(lrpe::linear_attention(q, k, v, out, enc, lrpe::feature_maps::relu_eps{0.0}));
+  {  // an eps finite in double but +inf in float made every float feature +inf (NaN outputs)
+    const rm<float> qf = rm<float>::Ones(4, 8), kf = rm<float>::Ones(5, 8), vf = rm<float>::Ones(5, 3);
+    rm<float> outf(4, 3);
+    CHECK_THROWS_WITH_AS(lrpe::linear_attention(qf, kf, vf, outf, lrpe::type1<float>(8), lrpe::feature_maps::relu_eps{1e39}),
+                         doctest::Contains("'phi' must have an eps finite in the scalar type"), lrpe::parameter_error);
+    CHECK_NOTHROW(lrpe::linear_attention(q, k, v, out, enc, lrpe::feature_maps::relu_eps{1e39}));  // fine in double
+  }
+  {  // state.query with a bad eps throws before it writes out
+    lrpe::linear_attention_state<T> st(8, 3);
+    st.append(enc, phi, q.data(), v.data(), 0);
+    std::vector<T> row(3, T(-7));
+    CHECK_THROWS_WITH_AS(st.query(enc, phi, q.data(), 1, row.data(), lrpe::normalisation::denominator, -1.0),
+                         doctest::Contains("'eps'"), lrpe::parameter_error);
+    CHECK(row == std::vector<T>(3, T(-7)));
+  }
+  // d_v = 0: nothing to write, causal or not (causal named an internal state's 'value_dim')
+  {
+    const rm<T> v0(5, 0);
+    rm<T> out0(4, 0);
+    CHECK_NOTHROW(lrpe::linear_attention(q, k, v0, out0, enc, phi));
+    CHECK_NOTHROW(lrpe::linear_attention(q, k, v0, out0, enc, phi, linear_options{.causal = true, .decay = 0.9}));
+  }
+  // a chunk of any size >= 1 is a tuning value (the SIMD backend sized its scratch by it)
+  {
+    lrpe::generator g(5);
+    const rm<T> qa = random_matrix<T>(g, 4, 8);
+    rm<T> a(4, 3), b(4, 3);
+    const std::vector<position_t> qpos{0, 2, 2, 9}, kpos{0, 1, 2, 5, 9};
+    linear_options o{.causal = true, .decay = 0.9, .q_positions = qpos, .k_positions = kpos};
+    const rm<ld> want = recurrence(enc, phi, qa, k, v, o);
+    lrpe::linear_attention(qa, k, v, a, enc, phi, o);
+    CHECK(rel_error(a, want) <= tolerance<T>());
+    o.chunk = std::numeric_limits<index_t>::max();
+    lrpe::linear_attention(qa, k, v, b, enc, phi, o);
+    CHECK(rel_error(b, want) <= tolerance<T>());
+  }
   {
     lrpe::linear_attention_state<T> st(8, 3);
     CHECK_THROWS_AS(st.append(enc, lrpe::feature_maps::relu_eps{INFINITY}, q.data(), v.data(), 0), lrpe::domain_error);

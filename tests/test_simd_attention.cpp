@@ -865,7 +865,8 @@ TEST_CASE_TEMPLATE("simd linear attention, no encoding: == reference (causal or 
   const std::uint64_t seed = 0x51D0'0010;
   MESSAGE("seed = " << seed);
   lrpe::generator g(seed);
-  const index_t chunks[] = {1, 7, 16, 64, 100};
+  // any chunk >= 1 is valid: 2^40 and 2^63 - 1 sized the SIMD scratch (bad_alloc, overflowed sizes)
+  const index_t chunks[] = {1, 7, 16, 64, 100, index_t{1} << 40, std::numeric_limits<index_t>::max()};
   const double decays[] = {1.0, 0.97, 0.5};
   int n = 0;
   for (const shape& s : shapes(seed, 40)) {

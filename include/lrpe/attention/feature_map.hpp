@@ -67,13 +67,17 @@ struct identity {
 }  // namespace feature_maps
 
 namespace detail {
-/// The parameters of lrpe's own maps: relu_eps's ε finite and ≥ 0 (a NaN ε would make every
-/// feature NaN, a negative one negative features). User maps are their authors' to check.
-template <class Phi>
+/// The parameters of lrpe's own maps: relu_eps's ε finite and ≥ 0, also once rounded to the
+/// scalar type T the features are computed in (a NaN ε would make every feature NaN, a negative
+/// one negative features, one past T's range every feature +∞). User maps are their authors'
+/// to check.
+template <class T = double, class Phi>
 void require_feature_map(const Phi& phi, const char* where, const char* arg = "phi") {
   if constexpr (std::is_same_v<Phi, feature_maps::relu_eps>) {
     if (!std::isfinite(phi.eps)) fail<domain_error>(where, arg, "must have a finite eps (relu_eps)", phi.eps);
     require_parameter(phi.eps >= 0, where, arg, "must have eps >= 0 (relu_eps)", phi.eps);
+    require_parameter(std::isfinite(static_cast<T>(phi.eps)), where, arg,
+                      "must have an eps finite in the scalar type (relu_eps)", phi.eps);
   }
 }
 

@@ -135,7 +135,7 @@ void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<c
   const call_span span = validate_qkv(q, k, v, out, options.q_positions, options.k_positions, where);
   if constexpr (!std::is_same_v<Encoding, no_encoding>) require_encoding_dim<T>(encoding, q.cols, where);
   require_eps<T>(options.eps, where);
-  require_feature_map(phi, where);
+  require_feature_map<T>(phi, where);
   // Per-head decays belong to multi-head calls (heads_view); here they would be ignored.
   require_parameter(options.head_decays.empty(), where, "options.head_decays",
                     "must be empty on a single-head call (one head's decay is options.decay)",
@@ -174,6 +174,7 @@ void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<c
     }
   }
   if (q.rows == 0 && k.rows == 0) return;
+  if (v.cols == 0 && state == nullptr) return;  // out is n_q x 0: nothing to write, causal or not
   using backend::call_guard;
   [[maybe_unused]] const auto guard = call_guard(backend);  // e.g. a pool's shared workspace
 

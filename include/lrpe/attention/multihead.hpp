@@ -317,10 +317,17 @@ void linear_attention_heads(const heads_view<TQ>& q, const heads_view<TK>& k, co
   require_kv_heads(q, k, where, "k");
   require_same_bh(k, v, where, "v");
   require_same_bh(q, out, where, "out");
-  require_feature_map(phi, where);
+  require_feature_map<T>(phi, where);
   if (!options.head_decays.empty()) {
     require_size(static_cast<index_t>(options.head_decays.size()), q.heads, where, "options.head_decays");
-    for (double lambda : options.head_decays) require_decay(lambda, where, "options.head_decays[h]");
+    for (std::size_t h = 0; h < options.head_decays.size(); ++h) {
+      const double lambda = options.head_decays[h];
+      require_decay(lambda, where, "options.head_decays[h]");
+      // before any head runs (a head's own call would name options.decay, after earlier heads wrote out)
+      require_parameter(options.causal || lambda == 1.0, where, "options.head_decays[h]",
+                        lazy_concat("must be 1 unless options.causal (the decay is defined for s >= t); head ", h),
+                        lambda);
+    }
   } else {
     require_decay(options.decay, where);  // before the states are compared with it
   }

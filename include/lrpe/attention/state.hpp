@@ -270,6 +270,7 @@ class linear_attention_state {
   void query_features(const T* q_features, position_t s, T* out, normalisation norm = normalisation::none,
                       double eps = 1e-6) const {
     constexpr const char* where = "lrpe::linear_attention_state::query";
+    if (norm == normalisation::denominator) detail::require_eps<T>(eps, where, "eps");  // before out is written
     if (!empty()) {
       detail::require_parameter(s >= last_, where, "s",
                                 detail::lazy_concat("must be >= last_position() = ", last_,
@@ -287,7 +288,6 @@ class linear_attention_state {
       den += qi * k_sum_[i];
     }
     if (norm == normalisation::denominator) {
-      detail::require_eps<T>(eps, where, "eps");
       const T inv = T(1) / std::max(den, static_cast<T>(eps));
       for (index_t j = 0; j < dv; ++j) out[j] *= inv;
     }
@@ -351,7 +351,7 @@ class linear_attention_state {
                   "lrpe::linear_attention_state: the encoding is not linearizable (it has no "
                   "per-position feature map); use softmax_attention (docs/attention.md)");
     static_assert(feature_map<Phi, T>, "lrpe::linear_attention_state: phi must satisfy lrpe::feature_map");
-    detail::require_feature_map(phi, where);
+    detail::require_feature_map<T>(phi, where);
     if constexpr (std::is_same_v<Encoding, no_encoding>) {
       detail::apply_feature_map(phi, x, features, feature_dim());
     } else if constexpr (is_linearizable_encoding_v<Encoding>) {

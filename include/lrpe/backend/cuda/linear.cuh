@@ -58,7 +58,7 @@ inline device_feature_map to_device(feature_maps::identity) noexcept { return {p
 inline device_feature_map to_device(feature_maps::elu_plus_one) noexcept { return {phi_kind::elu_plus_one, 0.0f}; }
 inline device_feature_map to_device(feature_maps::relu) noexcept { return {phi_kind::relu, 0.0f}; }
 inline device_feature_map to_device(feature_maps::relu_eps m) {
-  ::lrpe::detail::require_feature_map(m, "lrpe::cuda::linear_attention");
+  ::lrpe::detail::require_feature_map<float>(m, "lrpe::cuda::linear_attention");
   return {phi_kind::relu_eps, static_cast<float>(m.eps)};
 }
 inline device_feature_map to_device(device_feature_map m) noexcept { return m; }

@@ -79,7 +79,7 @@ void linear_kernel(reference, const linear_problem<T>& p, linear_attention_state
       kv.noalias() = K.transpose() * detail::rows_map(p.v, 0, nk);
       z.noalias() = K.colwise().sum().transpose();
     }
-    const index_t bc = std::max<index_t>(1, p.chunk);
+    const index_t bc = std::clamp<index_t>(p.chunk, 1, std::max<index_t>(1, nq));  // i0 + bc cannot overflow
     row_matrix<T> num;
     dense_vector<T> den;
     for (index_t i0 = 0; i0 < nq; i0 += bc) {
@@ -92,7 +92,7 @@ void linear_kernel(reference, const linear_problem<T>& p, linear_attention_state
     return;
   }
 
-  const index_t bc = std::max<index_t>(1, p.chunk);
+  const index_t bc = std::clamp<index_t>(p.chunk, 1, std::max<index_t>(1, nq));  // i0 + bc cannot overflow
   const auto& qp = p.q_positions;
   const auto& kp = p.k_positions;
   row_matrix<T> num, a;

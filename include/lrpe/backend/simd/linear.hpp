@@ -256,7 +256,9 @@ struct linear_run {
         return;
       }
     }
-    const index_t bc = std::max<index_t>(1, p.chunk);
+    // chunk is a tuning value ≥ 1 of any size: beyond the rows left it changes nothing, and the
+    // scratch below is sized by it (a chunk near 2^63 overflowed the sizes).
+    const index_t bc = std::clamp<index_t>(p.chunk, 1, std::max<index_t>(1, nq - start));
     const index_t bcp = round_up(bc, R);
     const bool normalise = p.norm == normalisation::denominator;
     T* acc = ws.get<T>(simd_workspace::o_tile, bcp * dvp);
