@@ -345,6 +345,15 @@ TEST_CASE("every foundation error path throws the documented type with a message
   check_throws<shape_error>([] { lrpe::rope_neox<double>(0); }, "'d' must be >= 2");
   // Householder: zero, non-finite, empty
   check_throws<parameter_error>([] { lrpe::p::householder<float>(std::vector<float>{0, 0, 0}); }, "'v' must be a nonzero vector");
+  // tiny and huge vectors are valid (Σ v² underflowed to 0 and overflowed to inf before)
+  for (double m : {1e-170, 4.9e-324, 1e155, 1.7e308}) {
+    CAPTURE(m);
+    const lrpe::p::householder<double> h(std::vector<double>{m, -m, 0});
+    const auto u = h.vector();
+    CHECK(std::abs(u[0] - 1 / std::sqrt(2.0)) <= 2 * std::numeric_limits<double>::epsilon());
+    CHECK(std::abs(u[1] + 1 / std::sqrt(2.0)) <= 2 * std::numeric_limits<double>::epsilon());
+    CHECK(u[2] == 0);
+  }
   check_throws<domain_error>([] { lrpe::p::householder<double>(std::vector<double>{1, std::nan(""), 0}); }, "'v' must be finite");
   check_throws<domain_error>([] { lrpe::p::householder<double>(std::vector<double>{1, HUGE_VAL}); }, "at index 1");
   check_throws<shape_error>([] { lrpe::p::householder<double>(std::vector<double>{}); }, "v.size()");

@@ -102,7 +102,8 @@ class type4 : public encoder<p::householder<T>, lambda::permutation_power<T>> {
       : base(p::householder<T>::seeded(d, seed), lambda::permutation_power<T>::seeded(d, seed + 1)) {}
 };
 
-/// LRPE Type 5: odd-even permutation × rotation blocks, θ type a (= split-half RoPE).
+/// LRPE Type 5: odd-even permutation × rotation blocks, θ type a (= split-half RoPE for even d;
+/// for odd d the pairs differ, docs/math.md).
 template <real_scalar T>
 class type5 : public encoder<p::odd_even<T>, lambda::rotation<T>> {
   using base = encoder<p::odd_even<T>, lambda::rotation<T>>;

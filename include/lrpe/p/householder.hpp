@@ -10,6 +10,7 @@
 #include <lrpe/core/random.hpp>
 #include <lrpe/detail/validate.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <span>
 #include <vector>
@@ -32,7 +33,8 @@ class householder {
 
   /**
    * From an explicit vector, normalised here (in double).
-   * @param v the reflection vector, any nonzero finite length.
+   * @param v the reflection vector, any nonzero finite length (normalised without overflow or
+   *          underflow: entries from the smallest subnormal to the largest finite are fine).
    * @throws shape_error if v is empty; domain_error if an entry is not finite;
    *         parameter_error if v is zero.
    */
@@ -40,12 +42,15 @@ class householder {
     constexpr const char* where = "lrpe::p::householder";
     detail::require_dim(static_cast<index_t>(v.size()), where, "v.size()");
     detail::require_finite(v, where, "v");
-    double norm2 = 0;
-    for (T x : v) norm2 += static_cast<double>(x) * static_cast<double>(x);
-    const double norm = std::sqrt(norm2);
-    detail::require_parameter(norm > 0 && std::isfinite(norm), where, "v",
-                              "must be a nonzero vector of finite norm", norm);
-    for (auto& x : v_) x = static_cast<T>(static_cast<double>(x) / norm);
+    // ‖v‖ scaled by max|v_i| (as hypot): Σ v_i² overflows from |v_i| ~ 1e154 and underflows
+    // below ~1e-162 in double, which rejected such vectors as infinite or zero.
+    double scale = 0;
+    for (T x : v) scale = std::max(scale, std::abs(static_cast<double>(x)));
+    detail::require_parameter(scale > 0, where, "v", "must be a nonzero vector", scale);
+    double norm2 = 0;  // of v / scale, in [1, d]
+    for (T x : v) norm2 += (static_cast<double>(x) / scale) * (static_cast<double>(x) / scale);
+    const double unit_norm = std::sqrt(norm2);
+    for (auto& x : v_) x = static_cast<T>((static_cast<double>(x) / scale) / unit_norm);
   }
   explicit householder(const std::vector<T>& v) : householder(std::span<const T>(v)) {}
 

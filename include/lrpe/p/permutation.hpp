@@ -86,7 +86,8 @@ inline std::vector<index_t> odd_even_indices(index_t d) {
  * The paper's odd-even permutation: interleaves the two halves of the row.
  *
  * Followed by interleaved (GPT-J) rotation blocks it gives exactly split-half (GPT-NeoX,
- * HF LLaMA `rotate_half`) RoPE scores, which is why Type 5 equals `rope_neox`.
+ * HF LLaMA `rotate_half`) RoPE scores, which is why Type 5 equals `rope_neox` for even d (for odd
+ * d the pairs differ: x[k] meets x[k + ⌈d/2⌉] here, x[k + ⌊d/2⌋] in rope_neox).
  */
 template <real_scalar T>
 class odd_even : public permutation<T> {
