@@ -81,6 +81,16 @@ TEST_CASE("scalings validate their parameters") {
   CHECK_THROWS_AS(lrpe::freq::yarn_attention_factor(INFINITY), lrpe::domain_error);
   CHECK(lrpe::freq::yarn_attention_factor(0.5) == 1.0);
   CHECK_THROWS_AS(lrpe::freq::llama3(theta, 8, 4, 1), lrpe::parameter_error);
+  // an infinite high_freq_factor divided every theta by the factor; NaN is a domain error as elsewhere
+  CHECK_THROWS_WITH_AS(lrpe::freq::llama3(theta, 8, 1, INFINITY), doctest::Contains("'high_freq_factor' must be finite"),
+                       lrpe::domain_error);
+  CHECK_THROWS_AS(lrpe::freq::llama3(theta, 8, 1, NAN), lrpe::domain_error);
+  {  // a negative theta is scaled as |theta| (it was always left unscaled, as a high frequency)
+    std::vector<double> neg(theta.begin(), theta.end());
+    for (auto& x : neg) x = -x;
+    const auto a = lrpe::freq::llama3(theta), b = lrpe::freq::llama3(neg);
+    for (std::size_t k = 0; k < a.size(); ++k) CHECK(b[k] == -a[k]);
+  }
   const std::vector<double> bad{1.0, INFINITY};
   CHECK_THROWS_AS(lrpe::freq::linear(bad, 2), lrpe::domain_error);
   // A scaled schedule plugs into a RoPE encoder.

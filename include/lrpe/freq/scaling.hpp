@@ -126,7 +126,10 @@ inline double yarn_attention_factor(double factor) {
 /**
  * Llama 3 scaling: with wavelength λ_k = 2π/θ_k, θ_k/factor when λ_k > L_orig/low_freq_factor,
  * θ_k when λ_k < L_orig/high_freq_factor, and between them
- * (1 − s)·θ_k/factor + s·θ_k with s = (L_orig/λ_k − low)/(high − low).
+ * (1 − s)·θ_k/factor + s·θ_k with s = (L_orig/λ_k − low)/(high − low). A negative θ_k is
+ * scaled as |θ_k| would be.
+ * @throws domain_error (a non-finite argument), parameter_error (factor < 1, a factor ≤ 0,
+ *         high_freq_factor ≤ low_freq_factor).
  */
 inline std::vector<double> llama3(std::span<const double> theta, double factor = 8.0, double low_freq_factor = 1.0,
                                   double high_freq_factor = 4.0, double original_length = 8192.0) {
@@ -134,13 +137,14 @@ inline std::vector<double> llama3(std::span<const double> theta, double factor =
   detail_::require_factor(factor, where);
   detail_::require_positive(low_freq_factor, where, "low_freq_factor");
   detail_::require_positive(original_length, where, "original_length");
+  detail_::require_positive(high_freq_factor, where, "high_freq_factor");  // finite: an infinite one scaled every θ
   detail::require_parameter(high_freq_factor > low_freq_factor, where, "high_freq_factor",
                             detail::lazy_concat("must be > low_freq_factor = ", low_freq_factor), high_freq_factor);
   std::vector<double> out = user(theta);
   const double low_wavelen = original_length / low_freq_factor;
   const double high_wavelen = original_length / high_freq_factor;
   for (auto& x : out) {
-    const double wavelen = 2.0 * std::numbers::pi / x;
+    const double wavelen = 2.0 * std::numbers::pi / std::abs(x);  // a negative θ scales as |θ|
     if (wavelen > low_wavelen) {
       x /= factor;
     } else if (wavelen >= high_wavelen) {
