@@ -368,7 +368,15 @@ TEST_CASE("every foundation error path throws the documented type with a message
     Eigen::MatrixXd m = Eigen::MatrixXd::Identity(2, 2);
     m(0, 1) = std::nan("");
     lrpe::p::dense<double>{m};
-  }, "finite");
+  }, "'m' must be finite; got nan at (0, 1)");
+  check_throws<domain_error>([] {
+    Eigen::MatrixXcd m = Eigen::MatrixXcd::Identity(2, 2);
+    m(1, 0) = std::complex<double>(0, INFINITY);
+    lrpe::p::dense<std::complex<double>>{m};
+  }, "at (1, 0)");
+  // complex_phase(0) and type8(0) name 'dim' (they named freq::complex_phase's 'features')
+  check_throws<shape_error>([] { lrpe::lambda::complex_phase<float>(0); }, "lrpe::lambda::complex_phase: argument 'dim'");
+  check_throws<shape_error>([] { lrpe::type8<float>(0); }, "argument 'dim'");
   // Dense P's tolerance: a NaN names 'tol' (not 'm'); an infinite one would accept any matrix
   check_throws<domain_error>([] { lrpe::p::dense<double>(Eigen::MatrixXd::Identity(3, 3), std::nan("")); }, "'tol' must be a number");
   check_throws<parameter_error>([] { lrpe::p::dense<double>(Eigen::MatrixXd::Ones(3, 3), INFINITY); }, "'tol' must be finite");

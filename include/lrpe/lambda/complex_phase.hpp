@@ -46,7 +46,8 @@ class complex_phase {
   }
 
   /// The paper's default: θ_j = 10000^(−2j/d) on all d features.
-  explicit complex_phase(index_t d) : complex_phase(d, freq::complex_phase(d)) {}
+  explicit complex_phase(index_t d)
+      : complex_phase(d, (detail::require_dim(d, "lrpe::lambda::complex_phase"), freq::complex_phase(d))) {}
 
   [[nodiscard]] index_t dim() const noexcept { return d_; }
   [[nodiscard]] std::span<const double> frequencies() const noexcept { return theta_; }

@@ -42,7 +42,10 @@ class dense {
     detail::require_dim(m_.rows(), where, "m.rows()");
     detail::require_shape(m_.rows() == m_.cols(), where, "m", "must be square",
                           detail::lazy_concat(m_.rows(), "x", m_.cols()));
-    if (!m_.allFinite()) throw domain_error(detail::concat(where, ": argument 'm' must be finite"));
+    for (index_t j = 0; j < m_.cols(); ++j)
+      for (index_t i = 0; i < m_.rows(); ++i)
+        if (!std::isfinite(std::abs(m_(i, j))))
+          throw domain_error(detail::concat(where, ": argument 'm' must be finite; got ", m_(i, j), " at (", i, ", ", j, ")"));
     if (std::isnan(tol)) detail::fail<domain_error>(where, "tol", "must be a number (negative: the default tolerance)", tol);
     detail::require_parameter(std::isfinite(tol), where, "tol",
                               "must be finite (an infinite tolerance would accept any matrix as unitary)", tol);
