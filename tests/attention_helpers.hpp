@@ -43,6 +43,41 @@ double rel_error(const rm<T>& a, const rm<ld>& b) {
   return static_cast<double>(err / (1 + mag));
 }
 
+/**
+ * A long decode with a decay close to 1, where float rounding of the decay factor would drift:
+ * n rows of features (q, k) and values in [0.05, 1), so that every output is a positive sum,
+ * and the exact outputs in long double by the recurrence S ← λ·S + k vᵀ, o_t = q_tᵀ S
+ * (normalisation none, identity φ, positions 0..n−1).
+ */
+struct decay_drift_case {
+  rm<float> q, k, v;
+  rm<ld> exact;
+};
+
+inline decay_drift_case make_decay_drift_case(lrpe::index_t n, lrpe::index_t d, lrpe::index_t dv, double decay,
+                                              std::uint64_t seed) {
+  lrpe::generator g(seed);
+  const auto fill = [&](lrpe::index_t c) {
+    rm<float> m(n, c);
+    for (lrpe::index_t i = 0; i < n; ++i)
+      for (lrpe::index_t j = 0; j < c; ++j) m(i, j) = static_cast<float>(0.05 + 0.95 * g.uniform01());
+    return m;
+  };
+  decay_drift_case c{fill(d), fill(d), fill(dv), rm<ld>(n, dv)};
+  rm<ld> S = rm<ld>::Zero(d, dv);
+  for (lrpe::index_t t = 0; t < n; ++t) {
+    for (lrpe::index_t i = 0; i < d; ++i)
+      for (lrpe::index_t j = 0; j < dv; ++j)
+        S(i, j) = S(i, j) * static_cast<ld>(decay) + static_cast<ld>(c.k(t, i)) * static_cast<ld>(c.v(t, j));
+    for (lrpe::index_t j = 0; j < dv; ++j) {
+      ld o = 0;
+      for (lrpe::index_t i = 0; i < d; ++i) o += static_cast<ld>(c.q(t, i)) * S(i, j);
+      c.exact(t, j) = o;
+    }
+  }
+  return c;
+}
+
 /// Calls f(encoder, name) for every LRPE preset at width d (as its encoder<P, Λ> base).
 template <class T, class F>
 void for_each_preset(lrpe::index_t d, F&& f) {

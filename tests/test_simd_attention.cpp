@@ -1076,6 +1076,34 @@ TEST_CASE_TEMPLATE("simd causal linear attention, a decode loop of one-row segme
   }
 }
 
+TEST_CASE("simd causal linear attention in float with λ close to 1: decode steps and one call stay at the rounding floor") {
+  // See the streaming test of the same name: the decay factor's rounding is carried from one
+  // rescale to the next (state.decay_carry()), in the decode recurrence (`step_rows`, on the
+  // state's storage when d_v is a multiple of the vector width, else on a copy) and in the
+  // chunked paths. Without the carry, decode steps drifted to 8e-5 here.
+  constexpr double decay = 0.9999, bound = 1.5e-5;
+  for (const index_t d : {8, 4}) {
+    CAPTURE(d);
+    const auto c = attention_test::make_decay_drift_case(12000, d, d, decay, 0x51D0'0001);
+    const index_t n = c.q.rows();
+    const lrpe::feature_maps::identity phi;
+    rm<float> steps(n, d), whole(n, d);
+    lrpe::linear_attention_state<float> st(d, d, decay), ref_st(d, d, decay);
+    for (index_t t = 0; t < n; ++t) {
+      lrpe::linear_attention(c.q.middleRows(t, 1), c.k.middleRows(t, 1), c.v.middleRows(t, 1), steps.middleRows(t, 1),
+                             lrpe::no_encoding{}, phi, st,
+                             lrpe::linear_options{.causal = true, .decay = decay, .q_positions = t, .k_positions = t},
+                             lrpe::backend::simd<>{});
+      ref_st.append_features(c.k.row(t).data(), c.v.row(t).data(), t);
+    }
+    CHECK(attention_test::rel_error(steps, c.exact) <= bound);
+    CHECK(st.decay_carry() == ref_st.decay_carry());  // the same factors, token by token
+    lrpe::linear_attention(c.q, c.k, c.v, whole, lrpe::no_encoding{}, phi,
+                           lrpe::linear_options{.causal = true, .decay = decay}, lrpe::backend::simd<>{});
+    CHECK(attention_test::rel_error(whole, c.exact) <= bound);
+  }
+}
+
 TEST_CASE_TEMPLATE("simd multi-head segments, one state per (b, h): prefill then decode steps == one reference call", T,
                    float, double) {
   // The decode steps' features on the SIMD backend: RoPE and LRPE cosine take direct tables

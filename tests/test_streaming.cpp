@@ -120,6 +120,115 @@ TEST_CASE("streaming: snapshot round trip is exact, including extreme positions"
   CHECK(st.count() == 2);
 }
 
+TEST_CASE("streaming: carried decay factors multiply to λ^N within one float rounding; fl(λ)^N drifts") {
+  // detail::carried_decay: the product of the factors it returns tracks the exact product
+  constexpr double u = 0x1p-24;  // float's unit roundoff
+  for (const double lambda : {0.9999, 0.999, 0.9, 0.5 + 0x1p-30}) {
+    CAPTURE(lambda);
+    const int steps = 20000;
+    double carry = 1.0, carried = 1.0, plain = 1.0;
+    bool carried_ok = true;
+    for (int i = 1; i <= steps; ++i) {
+      carried *= static_cast<double>(lrpe::detail::carried_decay<float>(lambda, carry));
+      plain *= static_cast<double>(static_cast<float>(lambda));
+      const double exact = std::pow(lambda, i);
+      if (exact < 0x1p-100) break;  // both far below anything a float state holds
+      carried_ok = carried_ok && std::abs(carried / exact - 1) <= 2 * u;
+      if (i == 5000 && lambda > 0.99) CHECK(std::abs(plain / exact - 1) > 50 * u);  // what the carry removes
+    }
+    CHECK(carried_ok);
+    CHECK(std::abs(carry - 1) <= u);
+  }
+  // Δ = 0 applies exactly 1 and leaves the carry; a factor below float's normal range restarts it
+  double carry = 1.0;
+  (void)lrpe::detail::carried_decay<float>(0.9999, carry);
+  const double before = carry;
+  CHECK(lrpe::detail::carried_decay<float>(1.0, carry) == 1.0f);
+  CHECK(carry == before);
+  CHECK(lrpe::detail::carried_decay<float>(1e-300, carry) == 0.0f);
+  CHECK(carry == 1.0);
+  // double states: λ^Δ rounded once, nothing carried
+  CHECK(lrpe::detail::carried_decay<double>(0.9999, carry) == 0.9999);
+  CHECK(carry == 1.0);
+}
+
+TEST_CASE("streaming: a long float decode with λ close to 1 stays at float's rounding floor (no fl(λ)^Δ drift)") {
+  // λ = 0.9999 (a window of 10^4 tokens): rounding λ to float every token drifted by ~Δ·1.7e-8
+  // (8e-5 at n = 12000, measured before the carry); what is left is the rounding of S each
+  // step, 4.6e-6 here, the same as with λ = fl(0.9999), which has no rounding to drift.
+  const auto c = attention_test::make_decay_drift_case(12000, 4, 4, 0.9999, 0x57AE'0003);
+  const index_t n = c.q.rows(), d = c.q.cols(), dv = c.v.cols();
+  constexpr double bound = 1.5e-5;
+  rm<float> streamed(n, dv), batched(n, dv);
+  lrpe::linear_attention_state<float> st(d, dv, 0.9999);
+  for (index_t t = 0; t < n; ++t) {
+    st.append_features(c.k.row(t).data(), c.v.row(t).data(), t);
+    st.query_features(c.q.row(t).data(), t, streamed.row(t).data());
+  }
+  CHECK(attention_test::rel_error(streamed, c.exact) <= bound);
+  lrpe::linear_attention(c.q, c.k, c.v, batched, lrpe::no_encoding{}, lrpe::feature_maps::identity{},
+                         lrpe::linear_options{.causal = true, .decay = 0.9999});
+  CHECK(attention_test::rel_error(batched, c.exact) <= bound);
+}
+
+TEST_CASE("streaming: export and resume continue a float state with a decay bit for bit (the decay carry travels)") {
+  const auto c = attention_test::make_decay_drift_case(600, 4, 3, 0.9999, 0x57AE'0004);
+  const index_t n = c.q.rows(), d = c.q.cols(), dv = c.v.cols();
+  rm<float> whole(n, dv), resumed_out(n, dv);
+  lrpe::linear_attention_state<float> st(d, dv, 0.9999), part(d, dv, 0.9999);
+  for (index_t t = 0; t < n; ++t) {
+    st.append_features(c.k.row(t).data(), c.v.row(t).data(), t);
+    st.query_features(c.q.row(t).data(), t, whole.row(t).data());
+  }
+  CHECK(st.decay_carry() != 1.0);  // it carries something: the resume below must keep it
+  for (index_t t = 0; t < n; ++t) {
+    if (t == n / 2) part = lrpe::linear_attention_state<float>(
+                        lrpe::linear_attention_snapshot<float>::from_flat(part.export_state().to_flat()));
+    part.append_features(c.k.row(t).data(), c.v.row(t).data(), t);
+    part.query_features(c.q.row(t).data(), t, resumed_out.row(t).data());
+  }
+  CHECK(resumed_out == whole);
+  CHECK(part.kv() == st.kv());
+  CHECK(part.decay_carry() == st.decay_carry());
+  // version 1 (no carry) still reads, with carry 1
+  std::vector<double> v1 = st.export_state().to_flat();
+  v1.erase(v1.begin() + 7);
+  v1[0] = 1;
+  const auto old = lrpe::linear_attention_snapshot<float>::from_flat(v1);
+  CHECK(old.decay_carry == 1.0);
+  CHECK(old.kv == st.export_state().kv);
+  CHECK(old.count == n);
+}
+
+TEST_CASE("streaming: a decay carry out of range is an error naming it") {
+  using T = float;
+  lrpe::linear_attention_state<T> st(2, 2, 0.9);
+  const T k[2] = {1, 2}, v[2] = {3, 4};
+  st.append_features(k, v, 0);
+  st.append_features(k, v, 1);
+  const auto good = st.export_state().to_flat();
+  for (const double bad : {1.5, 0.0, double(NAN), double(INFINITY), 1 + 0x1p-15}) {
+    CAPTURE(bad);
+    std::vector<double> flat = good;
+    flat[7] = bad;
+    CHECK_THROWS_WITH_AS(lrpe::linear_attention_snapshot<T>::from_flat(flat),
+                         doctest::Contains("'flat[7] (decay_carry)' must be within 2^-16 of 1"), lrpe::parameter_error);
+    auto snap = st.export_state();
+    snap.decay_carry = bad;
+    CHECK_THROWS_WITH_AS(lrpe::linear_attention_state<T>{snap}, doctest::Contains("'snapshot.decay_carry'"),
+                         lrpe::parameter_error);
+    const auto kv_before = st.kv();
+    CHECK_THROWS_WITH_AS(st.assign(st.kv().data(), 2, st.k_sum().data(), 2, 3, bad),
+                         doctest::Contains("'decay_carry'"), lrpe::parameter_error);
+    CHECK(st.count() == 2);  // unchanged by the failed call
+    CHECK(st.kv() == kv_before);
+  }
+  std::vector<double> flat = good;
+  flat[7] = 1 + 0x1p-17;  // within the range: accepted
+  CHECK(lrpe::linear_attention_state<T>(lrpe::linear_attention_snapshot<T>::from_flat(flat)).decay_carry() ==
+        1 + 0x1p-17);
+}
+
 TEST_CASE("streaming: errors") {
   using T = double;
   const lrpe::type1<T> enc(4);
@@ -141,7 +250,7 @@ TEST_CASE("streaming: errors") {
   CHECK_THROWS_WITH_AS(lrpe::linear_attention_snapshot<T>::from_flat(flat), doctest::Contains("'flat.size()'"), lrpe::shape_error);
   CHECK_THROWS_AS(lrpe::linear_attention_snapshot<T>::from_flat(std::vector<double>{2, 0, 0}), lrpe::shape_error);
   // a corrupted header is an error naming the entry, never an out-of-range conversion
-  const auto good = st.export_state().to_flat();  // [1, 4, 2, 1, 0, 10, 1, S (8), z (4)]
+  const auto good = st.export_state().to_flat();  // [2, 4, 2, 1, 0, 10, 1, carry 1, S (8), z (4)]
   const auto corrupt = [&](std::size_t i, double x) {
     std::vector<double> f = good;
     f[i] = x;
@@ -161,17 +270,17 @@ TEST_CASE("streaming: errors") {
   }
   CHECK_THROWS_WITH_AS(lrpe::linear_attention_snapshot<T>::from_flat(corrupt(5, 4294967296.0)),
                        doctest::Contains("'flat[5] (last_position, low half)'"), lrpe::shape_error);
-  // another value_dim: the length no longer fits 7 + f·(dv + 1)
+  // another value_dim: the length no longer fits 8 + f·(dv + 1)
   CHECK_THROWS_WITH_AS(lrpe::linear_attention_snapshot<T>::from_flat(corrupt(2, 3.0)), doctest::Contains("'flat.size()'"),
                        lrpe::shape_error);
   // S and z entries must fit the state's type (a finite double past float's range would turn into
   // ±∞); NaN and ±∞ are what a state that met them holds, and round-trip
-  CHECK_THROWS_WITH_AS(lrpe::linear_attention_snapshot<float>::from_flat(corrupt(7, 1e300)),
-                       doctest::Contains("'flat' must hold S and z entries within the state type's range (entry 7)"),
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention_snapshot<float>::from_flat(corrupt(8, 1e300)),
+                       doctest::Contains("'flat' must hold S and z entries within the state type's range (entry 8)"),
                        lrpe::parameter_error);
-  CHECK_NOTHROW(lrpe::linear_attention_snapshot<T>::from_flat(corrupt(7, 1e300)));  // fits double
+  CHECK_NOTHROW(lrpe::linear_attention_snapshot<T>::from_flat(corrupt(8, 1e300)));  // fits double
   {
-    const auto s = lrpe::linear_attention_snapshot<float>::from_flat(corrupt(8, double(NAN)));
+    const auto s = lrpe::linear_attention_snapshot<float>::from_flat(corrupt(9, double(NAN)));
     CHECK(std::isnan(lrpe::linear_attention_state<float>(s).kv()(0, 1)));
   }
   // A snapshot's sizes are checked before anything is allocated for it (and f·dv never formed).

@@ -30,6 +30,40 @@
 namespace lrpe {
 inline namespace v0 {
 
+namespace detail {
+
+/// How far a state's decay carry may be from 1 (it stays within one rounding of T of 1).
+inline constexpr double max_decay_carry_offset = 0x1p-16;
+
+/**
+ * The factor that rescales a state in T by λ^Δ (`exact`, computed in double), with the rounding
+ * of the earlier factors carried: `carry` is (product of the factors applied) / (product of the
+ * exact ones), and the factor applied is fl_T(exact / carry), which brings that ratio back to
+ * within one rounding of 1. Without it, a float decode multiplies S by fl(λ) every token, and
+ * after Δ tokens a key's weight is fl(λ)^Δ: a systematic relative error of about Δ·u. In double
+ * and wider the rounding is that of λ^Δ itself, and nothing is carried. A factor that is 1
+ * (Δ = 0) is applied as 1; one below T's normal range restarts the carry at 1.
+ */
+template <class T>
+[[nodiscard]] T carried_decay(double exact, double& carry) noexcept {
+  if constexpr (sizeof(T) >= sizeof(double)) {
+    return static_cast<T>(exact);
+  } else {
+    if (exact == 1.0) return T(1);
+    const T f = static_cast<T>(exact / carry);
+    carry = f >= std::numeric_limits<T>::min() ? carry * static_cast<double>(f) / exact : 1.0;
+    return f;
+  }
+}
+
+/// A decay carry from outside (a snapshot): finite and within 2^-16 of 1.
+inline void require_decay_carry(double carry, const char* where, const char* arg) {
+  require_parameter(std::abs(carry - 1.0) <= max_decay_carry_offset, where, arg,
+                    "must be within 2^-16 of 1 (the state's decay carry)", carry);
+}
+
+}  // namespace detail
+
 /**
  * The exported state: a plain, copyable struct (resume with `linear_attention_state(snapshot)`).
  * `to_flat()` / `from_flat()` serialise it to a flat `std::vector<double>` (floats convert
@@ -44,27 +78,38 @@ struct linear_attention_snapshot {
   index_t count = 0;             ///< number of keys folded in
   std::vector<T> kv;             ///< S, feature_dim × value_dim, row-major
   std::vector<T> k_sum;          ///< z, feature_dim
+  /// The rounding of the decay factors applied so far, carried to the next one (float states
+  /// only; within 2^-16 of 1; see `detail::carried_decay`). Resuming with it continues the
+  /// state bit for bit; 1 is always valid (one rounding more, not a drift).
+  double decay_carry = 1.0;
 
-  static constexpr double format_version = 1;
+  static constexpr double format_version = 2;
 
-  /// [version, feature_dim, value_dim, decay, pos_hi, pos_lo, count, S..., z...].
+  /// [version 2, feature_dim, value_dim, decay, pos_hi, pos_lo, count, decay_carry, S..., z...].
   [[nodiscard]] std::vector<double> to_flat() const {
     std::vector<double> flat;
-    flat.reserve(7 + kv.size() + k_sum.size());
+    flat.reserve(8 + kv.size() + k_sum.size());
     const auto u = static_cast<std::uint64_t>(last_position);
     flat.insert(flat.end(), {format_version, static_cast<double>(feature_dim), static_cast<double>(value_dim),
                              decay, static_cast<double>(u >> 32), static_cast<double>(u & 0xffffffffULL),
-                             static_cast<double>(count)});
+                             static_cast<double>(count), decay_carry});
     for (T x : kv) flat.push_back(static_cast<double>(x));
     for (T x : k_sum) flat.push_back(static_cast<double>(x));
     return flat;
   }
 
-  /// Inverse of `to_flat()`. @throws shape_error if the vector is not a state of this format.
+  /**
+   * Inverse of `to_flat()`; also reads version 1 (no decay carry: 7 header entries, carry 1).
+   * @throws shape_error if the vector is not a state of either format; parameter_error for an
+   * entry out of the state type's range or a decay carry not within 2^-16 of 1.
+   */
   static linear_attention_snapshot from_flat(std::span<const double> flat) {
     constexpr const char* where = "lrpe::linear_attention_snapshot::from_flat";
-    detail::require_shape(flat.size() >= 7 && flat[0] == format_version, where, "flat",
-                          "must start with the header [1, feature_dim, value_dim, ...]", flat.size());
+    detail::require_shape(!flat.empty() && (flat[0] == 1 || flat[0] == format_version), where, "flat",
+                          "must start with the header [2, feature_dim, value_dim, ...] (or version 1's)", flat.size());
+    const std::size_t header = flat[0] == 1 ? 7 : 8;
+    detail::require_shape(flat.size() >= header, where, "flat",
+                          detail::lazy_concat("must hold the ", header, " header entries of its version"), flat.size());
     // header entries are whole numbers in [0, limit] (checked before any conversion: a corrupted
     // or foreign vector is an error, never an out-of-range cast)
     const auto whole = [&](std::size_t i, double limit, const char* arg) {
@@ -80,9 +125,11 @@ struct linear_attention_snapshot {
     const double lo = whole(5, two32 - 1, "flat[5] (last_position, low half)");
     const double count = whole(6, 9007199254740992.0, "flat[6] (count)");
     const auto fi = static_cast<std::size_t>(f), dvi = static_cast<std::size_t>(dv);  // both <= flat.size()
-    detail::require_shape((flat.size() - 7) % (dvi + 1) == 0 && (flat.size() - 7) / (dvi + 1) == fi, where,
-                          "flat.size()", detail::lazy_concat("must be 7 + f·dv + f for f = ", fi, ", dv = ", dvi),
+    detail::require_shape((flat.size() - header) % (dvi + 1) == 0 && (flat.size() - header) / (dvi + 1) == fi, where,
+                          "flat.size()",
+                          detail::lazy_concat("must be ", header, " + f·dv + f for f = ", fi, ", dv = ", dvi),
                           flat.size());
+    if (header == 8) detail::require_decay_carry(flat[7], where, "flat[7] (decay_carry)");
     linear_attention_snapshot s;
     s.feature_dim = static_cast<index_t>(f);
     s.value_dim = static_cast<index_t>(dv);
@@ -90,17 +137,19 @@ struct linear_attention_snapshot {
     const std::uint64_t u = (static_cast<std::uint64_t>(hi) << 32) | static_cast<std::uint64_t>(lo);
     s.last_position = static_cast<position_t>(u);
     s.count = static_cast<index_t>(count);
+    if (header == 8) s.decay_carry = flat[7];
     const auto nkv = static_cast<std::size_t>(s.feature_dim * s.value_dim);
     // Entries must fit T: a finite double beyond T's range would become ±∞ silently (NaN and ±∞
     // pass: they are what a state that saw them holds, and round-trip).
-    for (std::size_t i = 7; i < flat.size(); ++i) {
+    for (std::size_t i = header; i < flat.size(); ++i) {
       const double x = flat[i];
       detail::require_parameter(
           !std::isfinite(x) || std::abs(x) <= static_cast<double>(std::numeric_limits<T>::max()), where, "flat",
           detail::lazy_concat("must hold S and z entries within the state type's range (entry ", i, ")"), x);
     }
-    s.kv.assign(flat.begin() + 7, flat.begin() + 7 + static_cast<std::ptrdiff_t>(nkv));
-    s.k_sum.assign(flat.begin() + 7 + static_cast<std::ptrdiff_t>(nkv), flat.end());
+    const auto first = flat.begin() + static_cast<std::ptrdiff_t>(header);
+    s.kv.assign(first, first + static_cast<std::ptrdiff_t>(nkv));
+    s.k_sum.assign(first + static_cast<std::ptrdiff_t>(nkv), flat.end());
     return s;
   }
 };
@@ -143,6 +192,7 @@ class linear_attention_state {
     }
     last_ = s.last_position;
     count_ = s.count;
+    carry_ = s.decay_carry;
   }
 
   /// The plain exported state (copy of S, z, last position, count, λ).
@@ -153,6 +203,7 @@ class linear_attention_state {
     s.decay = decay_;
     s.last_position = last_;
     s.count = count_;
+    s.decay_carry = carry_;
     s.kv.resize(static_cast<std::size_t>(kv_.size()));
     for (index_t i = 0; i < kv_.rows(); ++i)
       for (index_t j = 0; j < kv_.cols(); ++j) s.kv[static_cast<std::size_t>(i * kv_.cols() + j)] = kv_(i, j);
@@ -171,21 +222,29 @@ class linear_attention_state {
   /// S (d_f × d_v) and z (d_f), decayed to `last_position()`.
   [[nodiscard]] const row_matrix<T>& kv() const noexcept { return kv_; }
   [[nodiscard]] const dense_vector<T>& k_sum() const noexcept { return k_sum_; }
+  /// The rounding of the decay factors applied so far, carried to the next (1 in double; see
+  /// `detail::carried_decay`).
+  [[nodiscard]] double decay_carry() const noexcept { return carry_; }
 
   /**
    * Replaces S, z, the last position and the count in place, with no allocation: for a backend
    * whose kernel continued this state in its own buffers (S row i at kv + i·kv_stride, z at
-   * k_sum). The keys it folded in must not precede `last_position()`.
-   * @throws shape_error (kv_stride < value_dim()), parameter_error (count below count(), or a
-   * last position before last_position()).
+   * k_sum). The keys it folded in must not precede `last_position()`. `decay_carry` is the
+   * kernel's carried rounding of its decay factors (`detail::carried_decay`, started from
+   * `decay_carry()`); 1 (the default) is always valid.
+   * @throws shape_error (kv_stride < value_dim()), parameter_error (count below count(), a last
+   * position before last_position(), or a decay carry not within 2^-16 of 1).
    */
-  void assign(const T* kv, index_t kv_stride, const T* k_sum, position_t last_position, index_t count) {
+  void assign(const T* kv, index_t kv_stride, const T* k_sum, position_t last_position, index_t count,
+              double decay_carry = 1.0) {
     constexpr const char* where = "lrpe::linear_attention_state::assign";
     detail::require_shape(kv_stride >= value_dim(), where, "kv_stride",
                           detail::lazy_concat("must be >= value_dim() = ", value_dim()), kv_stride);
     detail::require_parameter(count >= count_, where, "count", detail::lazy_concat("must be >= count() = ", count_),
                               count);
     if (count_ > 0 && count > count_) require_not_before(last_position, where, "last_position");
+    detail::require_decay_carry(decay_carry, where, "decay_carry");
+    carry_ = decay_carry;
     for (index_t i = 0; i < feature_dim(); ++i)
       std::copy(kv + i * kv_stride, kv + i * kv_stride + value_dim(), kv_.row(i).data());
     std::copy(k_sum, k_sum + feature_dim(), k_sum_.data());
@@ -316,6 +375,7 @@ class linear_attention_state {
                           nkv);
     detail::require_size(static_cast<index_t>(s.k_sum.size()), s.feature_dim, where, "snapshot.k_sum");
     detail::require_shape(s.count >= 0, where, "snapshot.count", "must be >= 0", s.count);
+    detail::require_decay_carry(s.decay_carry, where, "snapshot.decay_carry");
     return s;
   }
 
@@ -337,7 +397,7 @@ class linear_attention_state {
 
   void rescale_to(position_t p) {
     if (!empty() && p != last_ && decay_ != 1.0) {
-      const T f = static_cast<T>(decay_factor(p - last_));
+      const T f = detail::carried_decay<T>(decay_factor(p - last_), carry_);
       kv_ *= f;
       k_sum_ *= f;
     }
@@ -372,6 +432,7 @@ class linear_attention_state {
   row_matrix<T> kv_{};
   dense_vector<T> k_sum_{};
   double decay_ = 1.0;
+  double carry_ = 1.0;  ///< see detail::carried_decay
   position_t last_ = 0;
   index_t count_ = 0;
 };
@@ -382,7 +443,8 @@ namespace detail {
  * Internal: a backend kernel that continues a state in the state's own storage (the SIMD
  * backend's decode step), with no copy in or out. S is row-major, d_f rows of d_v, no padding;
  * the kernel keeps S and z decayed to the position it passes to `advance`, which must not
- * precede `last_position()` when keys were added.
+ * precede `last_position()` when keys were added, and rescales them with `carried_decay`
+ * starting from `decay_carry()`.
  */
 struct state_access {
   template <class T>
@@ -394,9 +456,10 @@ struct state_access {
     return s.k_sum_.data();
   }
   template <class T>
-  static void advance(linear_attention_state<T>& s, position_t last, index_t count) noexcept {
+  static void advance(linear_attention_state<T>& s, position_t last, index_t count, double decay_carry) noexcept {
     if (count > s.count_) s.last_ = last;
     s.count_ = count;
+    s.carry_ = decay_carry;
   }
 };
 

@@ -127,8 +127,14 @@ struct linear_run {
   T* vblock;
   position_t last = 0;
   index_t count = 0;
+  double carry = 1.0;  ///< the state's decay carry (lrpe::detail::carried_decay)
 
   static constexpr index_t key_block = linear_key_block;
+
+  /// The factor that decays S and z by λ^Δ, Δ ≥ 0, with the rounding of the earlier ones carried.
+  T rescale_factor(position_t delta) noexcept {
+    return lrpe::detail::carried_decay<T>(decay_pow(lambda, delta), carry);
+  }
 
   /// Pack V rows [a, b) (× weight w_j when `weights`) into vblock (b − a) × dvp.
   void pack_v(index_t a, index_t b, const T* weights) {
@@ -205,7 +211,7 @@ struct linear_run {
     if (b <= a) return;
     const position_t p_new = p.k_positions[b - 1];
     if (count > 0 && p_new != last && lambda != 1.0) {
-      const T s = static_cast<T>(decay_pow(lambda, p_new - last));
+      const T s = rescale_factor(p_new - last);
       for (index_t i = 0; i < f * dvp; ++i) S[i] *= s;
       for (index_t c = 0; c < f; ++c) z[c] *= s;
     }
@@ -346,7 +352,7 @@ struct linear_run {
     T* orow = vrow + dvp;
     for (index_t i = a; i < b; ++i) {
       const position_t t = p.k_positions[i];
-      const T scale = count > 0 && decays ? static_cast<T>(decay_pow(lambda, t - last)) : T(1);
+      const T scale = count > 0 && decays ? rescale_factor(t - last) : T(1);
       const T* k = p.kf.row(i);
       const T* q = p.qf.row(i);
       std::copy(p.v.row(i), p.v.row(i) + dv, vrow);
@@ -519,7 +525,7 @@ struct linear_run {
       chunk_out(qt, vb, at, has_state, decays ? wq : nullptr, normalise ? inv : nullptr, p.out.row(i0), os, pf);
       // fold the chunk's keys: S = λ^{Δ}·S + Σ_j λ^{W−1−j} k̃_j v_jᵀ
       const position_t p_new = qp[i0 + W - 1];
-      const T rescale = has_state && decays ? static_cast<T>(decay_pow(lambda, p_new - last)) : T(1);
+      const T rescale = has_state && decays ? rescale_factor(p_new - last) : T(1);
       if (decays) {
         const B wv = B::load_aligned(wfold);
         for (index_t c = 0; c < f; ++c) (B::load_aligned(kt + c * W) * wv).store_aligned(kt + c * W);
@@ -734,12 +740,13 @@ struct state_buffers {
     }
     run.last = state.last_position();
     run.count = state.count();
+    run.carry = state.decay_carry();
   }
 
   /// Back into `state` when keys were added.
   void store(const linear_run<T, A>& run, linear_attention_state<T>& state) const {
     if (run.count == state.count()) return;
-    state.assign(S, dvp, z, run.last, run.count);
+    state.assign(S, dvp, z, run.last, run.count, run.carry);
   }
 };
 
@@ -758,8 +765,9 @@ void linear_simd(const linear_problem<T>& p, linear_attention_state<T>* state, s
                             lrpe::detail::state_access::k_sum(*state), sb.vblock};
     direct.last = state->last_position();
     direct.count = state->count();
+    direct.carry = state->decay_carry();
     direct.step_rows(0, p.qf.rows);
-    lrpe::detail::state_access::advance(*state, direct.last, direct.count);
+    lrpe::detail::state_access::advance(*state, direct.last, direct.count, direct.carry);
     return;
   }
   sb.load(*state, run);
@@ -1008,9 +1016,11 @@ bool linear_fused(const Encoding& encoding, const Phi& phi, const linear_problem
       auto rest = sb.runner(tail, ws, state->decay());
       rest.last = run.last;
       rest.count = run.count;
+      rest.carry = run.carry;
       rest.causal();
       run.last = rest.last;
       run.count = rest.count;
+      run.carry = rest.carry;
     }
     sb.store(run, *state);
     return true;
