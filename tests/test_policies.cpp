@@ -4,6 +4,9 @@
 
 #include <doctest/doctest.h>
 
+#include <Eigen/QR>
+#include <Eigen/SVD>
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -60,6 +63,88 @@ TEST_CASE_TEMPLATE("P policies apply and apply_adjoint match their textbook matr
     check_p(lrpe::p::dft<T>(d, lrpe::p::dft_method::fft));
     check_p(lrpe::p::dense<T>(lrpe::p::householder<T>::seeded(d, 5).matrix()));
     check_p(lrpe::p::dense<std::complex<T>>(lrpe::p::dft<T>(d).matrix()));
+  }
+}
+
+namespace {
+/// A random d×d orthogonal matrix (QR of a normal matrix, in long double).
+Eigen::Matrix<long double, Eigen::Dynamic, Eigen::Dynamic> random_orthogonal(index_t d, std::uint64_t seed) {
+  lrpe::generator g(seed);
+  Eigen::Matrix<long double, Eigen::Dynamic, Eigen::Dynamic> a(d, d);
+  for (index_t i = 0; i < d; ++i)
+    for (index_t j = 0; j < d; ++j) a(i, j) = static_cast<long double>(g.normal());
+  Eigen::HouseholderQR<Eigen::Matrix<long double, Eigen::Dynamic, Eigen::Dynamic>> qr(a);
+  return qr.householderQ();
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("p::dense: the m accepted becomes its unitary polar factor, so encoders on it pass lrpe::check", T,
+                   float, double) {
+  using ldm = Eigen::Matrix<long double, Eigen::Dynamic, Eigen::Dynamic>;
+  constexpr long double eps = std::numeric_limits<T>::epsilon();
+  const index_t d = 64;
+  const ldm q = random_orthogonal(d, 77);
+  const auto unitarity_error = [](const auto& m) {
+    const ldm x = m.template cast<long double>();
+    return (x.transpose() * x - ldm::Identity(x.rows(), x.cols())).cwiseAbs().maxCoeff();
+  };
+  // m = (1 + c)·Q: mᴴm − I = 9·d·ε on the diagonal, under the default 10·d·ε. Its polar factor is Q.
+  const long double c = std::sqrt(1 + 9 * d * eps) - 1;
+  const lrpe::dense_matrix<T> m = (q * (1 + c)).template cast<T>();
+  const lrpe::p::dense<T> p(m);
+  CHECK(p.input_unitarity_error() >= 8.5 * d * eps);
+  CHECK(p.input_unitarity_error() <= p.default_tolerance(d));
+  CHECK(unitarity_error(p.matrix()) <= 2 * std::sqrt(double(d)) * eps);  // the rounding of a unitary matrix
+  CHECK((p.matrix().template cast<long double>() - q).cwiseAbs().maxCoeff() <= 2 * eps);
+  // m itself: W_sᴴW_s − I ≈ 18·d·ε, which lrpe::check's 16·d·ε rejected
+  const lrpe::encoder e{p, lrpe::lambda::rotation<T>(d, lrpe::freq::theta_a(d))};
+  const auto u = lrpe::check::unitarity(e, {0, 7, -1000, 1000});
+  CHECK_MESSAGE(u.passed, u.max_error);
+  CHECK(u.max_error <= 2 * d * eps);
+  const auto r = lrpe::check::relative(e, -1000, 1000);
+  CHECK_MESSAGE(r.passed, r.max_error);
+
+  // A general perturbation under a user tolerance: P equals the polar factor UVᴴ of m computed
+  // here by an SVD in long double.
+  {
+    lrpe::generator g(78);
+    ldm noisy = q;
+    for (index_t i = 0; i < d; ++i)
+      for (index_t j = 0; j < d; ++j) noisy(i, j) += 1e-4L * static_cast<long double>(g.normal());
+    const lrpe::dense_matrix<T> mn = noisy.template cast<T>();
+    const lrpe::p::dense<T> pn(mn, 0.05);
+    const Eigen::JacobiSVD<ldm> svd(mn.template cast<long double>(), Eigen::ComputeFullU | Eigen::ComputeFullV);
+    const ldm polar = svd.matrixU() * svd.matrixV().transpose();
+    CHECK(pn.input_unitarity_error() > 1e-4);
+    CHECK((pn.matrix().template cast<long double>() - polar).cwiseAbs().maxCoeff() <= 8 * eps);
+    CHECK(unitarity_error(pn.matrix()) <= 2 * std::sqrt(double(d)) * eps);
+  }
+  // Far from unitary (a large tolerance): the SVD path. The polar factor of Q·D, D > 0 diagonal,
+  // is Q; of the m rounded to T, the long-double SVD's UVᴴ. Eigen's SVD in the working
+  // precision (double for both T) is accurate to about d·ε(double) (44ε measured; 6ε after the
+  // polishing steps), so a float P is that polar factor to rounding, and a double one to d·ε.
+  {
+    ldm dq = q;
+    dq.col(0) *= 2.5L;
+    dq.col(1) *= 0.3L;
+    const lrpe::dense_matrix<T> mf = dq.template cast<T>();
+    const lrpe::p::dense<T> pf(mf, 10.0);
+    CHECK(pf.input_unitarity_error() >= 5.24);
+    const Eigen::JacobiSVD<ldm> svd(mf.template cast<long double>(), Eigen::ComputeFullU | Eigen::ComputeFullV);
+    const ldm polar = svd.matrixU() * svd.matrixV().transpose();
+    MESSAGE("SVD path: |P - UV^H| = " << double((pf.matrix().template cast<long double>() - polar).cwiseAbs().maxCoeff() / eps)
+            << " eps, |UV^H - Q| = " << double((polar - q).cwiseAbs().maxCoeff() / eps) << " eps");
+    CHECK((pf.matrix().template cast<long double>() - polar).cwiseAbs().maxCoeff() <=
+          (std::is_same_v<T, float> ? 2 * eps : d * eps));
+    CHECK(unitarity_error(pf.matrix()) <= 2 * std::sqrt(double(d)) * eps);
+  }
+  // Complex: the unitary DFT scaled by (1 + c) comes back as the DFT.
+  {
+    const lrpe::p::dft<T> dft(d);
+    const lrpe::dense_matrix<std::complex<T>> mc = dft.matrix() * std::complex<T>(T(1 + c));
+    const lrpe::p::dense<std::complex<T>> pc(mc);
+    CHECK(pc.input_unitarity_error() >= 8.5 * d * eps);
+    CHECK((pc.matrix() - dft.matrix()).cwiseAbs().maxCoeff() <= 4 * eps);
   }
 }
 
@@ -377,6 +462,10 @@ TEST_CASE("every foundation error path throws the documented type with a message
   // complex_phase(0) and type8(0) name 'dim' (they named freq::complex_phase's 'features')
   check_throws<shape_error>([] { lrpe::lambda::complex_phase<float>(0); }, "lrpe::lambda::complex_phase: argument 'dim'");
   check_throws<shape_error>([] { lrpe::type8<float>(0); }, "argument 'dim'");
+  // type3 from a given v names 'v.size()' (it named the preset's 'dim', which the caller never passed)
+  check_throws<shape_error>([] { lrpe::type3<float>(std::vector<float>{}); }, "argument 'v.size()'");
+  check_throws<shape_error>([] { lrpe::type3<double>(std::vector<double>{1.0}); }, "argument 'v.size()' must be >= 2");
+  check_throws<shape_error>([] { lrpe::type3<float>(0); }, "argument 'dim'");
   // Dense P's tolerance: a NaN names 'tol' (not 'm'); an infinite one would accept any matrix
   check_throws<domain_error>([] { lrpe::p::dense<double>(Eigen::MatrixXd::Identity(3, 3), std::nan("")); }, "'tol' must be a number");
   check_throws<parameter_error>([] { lrpe::p::dense<double>(Eigen::MatrixXd::Ones(3, 3), INFINITY); }, "'tol' must be finite");

@@ -42,10 +42,11 @@ inline namespace v0 {
 inline constexpr std::uint64_t default_seed = 0x5eed'1a7e'0000'0001ULL;
 
 namespace detail {
-/// θ type a on the whole even part of d when `theta` is empty, else `theta`.
-inline std::vector<double> theta_or_type_a(index_t d, std::vector<double> theta) {
+/// θ type a on the whole even part of d when `theta` is empty, else `theta`; `arg` names d in
+/// the error (the preset's d, or the size of a given v).
+inline std::vector<double> theta_or_type_a(index_t d, std::vector<double> theta, const char* arg = "dim") {
   if (!theta.empty()) return theta;
-  detail::require_shape(d >= 2, "lrpe preset", "dim", "must be >= 2 for rotation blocks", d);
+  detail::require_shape(d >= 2, "lrpe preset", arg, "must be >= 2 for rotation blocks", d);
   return freq::theta_a(d - d % 2);
 }
 }  // namespace detail
@@ -82,11 +83,12 @@ class type3 : public encoder<p::householder<T>, lambda::rotation<T>> {
   using base = encoder<p::householder<T>, lambda::rotation<T>>;
 
  public:
-  /// Learned parameters given explicitly (v normalised here).
+  /// Learned parameters given explicitly (v normalised here; d = v.size()). An empty or
+  /// one-entry v (with θ type a) is a shape_error naming 'v.size()'.
   type3(const std::vector<T>& v, std::vector<double> theta = {})
       : base(p::householder<T>(v),
              lambda::rotation<T>(static_cast<index_t>(v.size()),
-                                 detail::theta_or_type_a(static_cast<index_t>(v.size()), std::move(theta)))) {}
+                                 detail::theta_or_type_a(static_cast<index_t>(v.size()), std::move(theta), "v.size()"))) {}
   /// Initialisation as in the reference code (v ~ N(0, I), θ type a).
   explicit type3(index_t d, std::uint64_t seed = default_seed)
       : base(p::householder<T>::seeded(d, seed), lambda::rotation<T>(d, detail::theta_or_type_a(d, {}))) {}
