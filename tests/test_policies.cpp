@@ -119,10 +119,9 @@ TEST_CASE_TEMPLATE("p::dense: the m accepted becomes its unitary polar factor, s
     CHECK((pn.matrix().template cast<long double>() - polar).cwiseAbs().maxCoeff() <= 8 * eps);
     CHECK(unitarity_error(pn.matrix()) <= 2 * std::sqrt(double(d)) * eps);
   }
-  // Far from unitary (a large tolerance): the SVD path. The polar factor of Q·D, D > 0 diagonal,
-  // is Q; of the m rounded to T, the long-double SVD's UVᴴ. Eigen's SVD in the working
-  // precision (double for both T) is accurate to about d·ε(double) (44ε measured; 6ε after the
-  // polishing steps), so a float P is that polar factor to rounding, and a double one to d·ε.
+  // Far from unitary (a large tolerance): scaled Newton steps first. The polar factor of Q·D,
+  // D > 0 diagonal, is Q; of the m rounded to T, the long-double SVD's UVᴴ, which P must equal
+  // to rounding for float and to d·ε for double (the steps run in double for both).
   {
     ldm dq = q;
     dq.col(0) *= 2.5L;
@@ -132,11 +131,33 @@ TEST_CASE_TEMPLATE("p::dense: the m accepted becomes its unitary polar factor, s
     CHECK(pf.input_unitarity_error() >= 5.24);
     const Eigen::JacobiSVD<ldm> svd(mf.template cast<long double>(), Eigen::ComputeFullU | Eigen::ComputeFullV);
     const ldm polar = svd.matrixU() * svd.matrixV().transpose();
-    MESSAGE("SVD path: |P - UV^H| = " << double((pf.matrix().template cast<long double>() - polar).cwiseAbs().maxCoeff() / eps)
+    MESSAGE("far from unitary: |P - UV^H| = " << double((pf.matrix().template cast<long double>() - polar).cwiseAbs().maxCoeff() / eps)
             << " eps, |UV^H - Q| = " << double((polar - q).cwiseAbs().maxCoeff() / eps) << " eps");
     CHECK((pf.matrix().template cast<long double>() - polar).cwiseAbs().maxCoeff() <=
           (std::is_same_v<T, float> ? 2 * eps : d * eps));
     CHECK(unitarity_error(pf.matrix()) <= 2 * std::sqrt(double(d)) * eps);
+  }
+  // A residual whose largest entry grows on the first step although the steps converge (column 0
+  // at an angle ε to every other column: (E²)₀₀ = (d − 1)ε² > ε); the steps stop on ‖E‖_F, so P
+  // is still the polar factor (it was m itself when they stopped on the largest entry).
+  {
+    const double star = 0.01;  // > 4/(3d)
+    ldm ms = ldm::Identity(d, d);
+    for (index_t j = 1; j < d; ++j) ms(j, 0) = star;
+    ms(0, 0) = std::sqrt(1 - (d - 1) * star * star);
+    const lrpe::dense_matrix<T> mf = ms.template cast<T>();
+    const lrpe::p::dense<T> ps(mf, 0.05);
+    const Eigen::JacobiSVD<ldm> svd(mf.template cast<long double>(), Eigen::ComputeFullU | Eigen::ComputeFullV);
+    CHECK(ps.input_unitarity_error() >= 0.9 * star);
+    CHECK(unitarity_error(ps.matrix()) <= 2 * std::sqrt(double(d)) * eps);
+    // to the rounding of the steps' d-term products (float: of the result to float)
+    CHECK((ps.matrix().template cast<long double>() - svd.matrixU() * svd.matrixV().transpose()).cwiseAbs().maxCoeff() <=
+          2 * std::sqrt(double(d)) * eps);
+  }
+  // Singular m (only a tolerance ≥ 1 accepts one): an SVD's UVᴴ, unitary.
+  {
+    const lrpe::p::dense<T> pz(lrpe::dense_matrix<T>::Zero(d, d), 1.0);
+    CHECK(unitarity_error(pz.matrix()) <= 2 * std::sqrt(double(d)) * eps);
   }
   // Complex: the unitary DFT scaled by (1 + c) comes back as the DFT.
   {

@@ -6,6 +6,7 @@
 
 #include <lrpe/detail/validate.hpp>
 
+#include <Eigen/LU>
 #include <Eigen/SVD>
 
 #include <cmath>
@@ -27,9 +28,10 @@ namespace p {
  * gave 18dε in W_sᴴW_s). P differs from m by about ‖mᴴm − I‖/2, within the rounding of a
  * d-term product at the default tolerance; `input_unitarity_error()` keeps what m had.
  *
- * The polar factor: Newton–Schulz steps X ← X − X(XᴴX − I)/2 while ‖XᴴX − I‖ decreases (they
- * converge quadratically when ‖mᴴm − I‖_F < 1/2); when m is farther from unitary than that (a
- * large user tolerance), first an SVD, m = UΣVᴴ → UVᴴ, which the steps then polish.
+ * The polar factor, in the working precision: while ‖XᴴX − I‖_F ≥ 1/2 (a large user tolerance,
+ * or a large d), scaled Newton steps X ← (μX + X⁻ᴴ/μ)/2 (an SVD's UVᴴ for a singular m); then
+ * Newton–Schulz steps X ← X − X(XᴴX − I)/2 while they halve ‖XᴴX − I‖_F. Construction costs a
+ * few d×d products (and inverses when far): O(d³), once.
  * @tparam S float, double, `std::complex<float>` or `std::complex<double>`.
  */
 template <class S>
@@ -110,23 +112,36 @@ class dense {
 
   /// The unitary polar factor of x, given e = xᴴx − I (see the class comment).
   static dense_matrix<work> polar(dense_matrix<work> x, dense_matrix<work> e) {
-    // ‖e‖_F bounds ‖e‖_2: below 1/2 every singular value is in (0.7, 1.2), where the steps
-    // converge to the polar factor; farther, an SVD first (accurate to about d·ε), then the steps
-    // polish its UVᴴ, which is unitary only to about d·ε.
-    if (!(e.norm() < 0.5)) {
-      const Eigen::JacobiSVD<dense_matrix<work>> svd(x, Eigen::ComputeFullU | Eigen::ComputeFullV);
-      x = svd.matrixU() * svd.matrixV().adjoint();
+    double ef = static_cast<double>(e.norm());  // ‖e‖_F ≥ ‖e‖_2
+    // Far from unitary: scaled Newton steps X ← (μX + X⁻ᴴ/μ)/2, μ = (‖X⁻¹‖_F/‖X‖_F)^½, which
+    // converge to the polar factor from any nonsingular X (every singular value stays > 0).
+    for (int step = 0; !(ef < 0.5) && step < 64; ++step) {
+      const dense_matrix<work> inv = Eigen::PartialPivLU<dense_matrix<work>>(x).inverse();
+      const work_real ratio = inv.norm() / x.norm();
+      if (!inv.allFinite() || !(ratio > 0) || !std::isfinite(ratio)) {  // singular (a tolerance ≥ 1 accepts such m): UVᴴ of an SVD
+        const Eigen::BDCSVD<dense_matrix<work>> svd(x, Eigen::ComputeFullU | Eigen::ComputeFullV);
+        x = svd.matrixU() * svd.matrixV().adjoint();
+      } else {
+        const work_real mu = std::sqrt(ratio);
+        x = (x * work(mu) + inv.adjoint() * work(1 / mu)) * work(work_real(0.5));
+      }
       e = residual(x);
+      ef = static_cast<double>(e.norm());
     }
-    double err = static_cast<double>(e.cwiseAbs().maxCoeff());
-    for (int step = 0; step < 64 && err > 0; ++step) {
+    // Near (‖e‖_2 ≤ ‖e‖_F < 1/2): Newton–Schulz steps X ← X − X(XᴴX − I)/2, which take every
+    // eigenvalue λ of e to −¾λ² + ¼λ³, at most 0.44·|λ|. They stop at the rounding of the
+    // residual itself, d^1.5·ε (a double m already unitary to rounding is kept as it is), or
+    // when ‖e‖_F no longer halves (a step there would only trade one rounding for another).
+    const double noise = static_cast<double>(x.rows()) * std::sqrt(static_cast<double>(x.rows())) *
+                         static_cast<double>(std::numeric_limits<work_real>::epsilon());
+    for (int step = 0; step < 64 && ef > noise; ++step) {
       dense_matrix<work> next = x - (x * e) * work(work_real(0.5));
       dense_matrix<work> next_e = residual(next);
-      const double next_err = static_cast<double>(next_e.cwiseAbs().maxCoeff());
-      if (!(next_err < err)) break;  // at the working precision's rounding
+      const double next_ef = static_cast<double>(next_e.norm());
+      if (!(next_ef <= 0.5 * ef)) break;
       x.swap(next);
       e.swap(next_e);
-      err = next_err;
+      ef = next_ef;
     }
     return x;
   }
