@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <numbers>
 #include <vector>
 
 namespace cn = lrpe::canonical;
@@ -66,13 +67,14 @@ int main() {
 
   // [attention]
   // Attention consumes the variants through core/relative.hpp: here ALiBi per head with softmax,
-  // and cosFormer in linear attention (ReLU feature map first, as cosFormer does).
+  // and cosFormer in linear attention (ReLU feature map first, and the denominator, as cosFormer does).
   const auto alibi = cn::alibi<double>::for_heads(d, heads, cn::alibi_form::causal);
   lrpe::row_matrix<double> out(n, d), out_lin(n, d);
   lrpe::softmax_options<> so;
   so.causal = true;
   lrpe::softmax_attention(q, k, v, out, alibi.head(1), so);
-  lrpe::linear_attention(q, k, v, out_lin, cosf, lrpe::feature_maps::relu{});
+  lrpe::linear_attention(q, k, v, out_lin, cosf, lrpe::feature_maps::relu{},
+                         lrpe::linear_options{.norm = lrpe::normalisation::denominator});
   // [attention]
   {  // the softmax output by hand: logits scale·q·k − m(s − t) on t ≤ s
     const double m = alibi.head(1).slope(), scale = 1 / std::sqrt(static_cast<double>(d));
@@ -88,6 +90,24 @@ int main() {
         double o = 0;
         for (lrpe::index_t t = 0; t <= s; ++t) o += p[static_cast<std::size_t>(t)] / z * v(t, j);
         if (std::abs(o - out(s, j)) > 1e-9) ok = false;
+      }
+    }
+  }
+  {  // the cosFormer output by hand: w_st = relu(q_s)·relu(k_t)·cos(π(t − s)/(2M)), out_s = Σ w_st v_t / Σ w_st
+    const auto relu = [](double x) { return x > 0 ? x : 0.0; };
+    for (lrpe::index_t s = 0; s < n; ++s) {
+      std::vector<double> w(static_cast<std::size_t>(n));
+      double z = 0;
+      for (lrpe::index_t t = 0; t < n; ++t) {
+        double qk = 0;
+        for (lrpe::index_t j = 0; j < d; ++j) qk += relu(q(s, j)) * relu(k(t, j));
+        w[static_cast<std::size_t>(t)] = qk * std::cos(std::numbers::pi * static_cast<double>(t - s) / (2 * 512.0));
+        z += w[static_cast<std::size_t>(t)];
+      }
+      for (lrpe::index_t j = 0; j < d; ++j) {
+        double o = 0;
+        for (lrpe::index_t t = 0; t < n; ++t) o += w[static_cast<std::size_t>(t)] * v(t, j);
+        if (std::abs(o / std::max(z, 1e-6) - out_lin(s, j)) > 1e-9) ok = false;
       }
     }
   }
