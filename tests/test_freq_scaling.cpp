@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <numbers>
+#include <utility>
 
 TEST_CASE("linear scaling divides every frequency by the factor") {
   const auto theta = lrpe::freq::rope(32);
@@ -32,6 +33,37 @@ TEST_CASE("YaRN: correction range, ramp and attention factor") {
   for (std::size_t k = 46; k < 64; ++k) CHECK(y[k] == doctest::Approx(theta[k] / 4).epsilon(1e-15));
   const double ramp = (33.0 - 20.0) / (46.0 - 20.0);
   CHECK(y[33] == doctest::Approx(theta[33] / 4 * ramp + theta[33] * (1 - ramp)).epsilon(1e-15));
+}
+
+TEST_CASE("YaRN with truncate = false and the mscale attention factor: HF transformers 5.24's values") {
+  // head_dim 64, rope_theta 1e4, factor 2, original_max_position_embeddings 2048, truncate False:
+  // HF's low/high = 8.064000845006177 / 20.105200671565424 (unrounded) and these inverse
+  // frequencies (its functions run in float64, 2026-11-25).
+  const auto theta = lrpe::freq::rope(32, 1e4);
+  const auto y = lrpe::freq::yarn(theta, 2, 2048, 1e4, 32, 1, /*truncate=*/false);
+  const std::pair<std::size_t, double> hf[] = {{9, 0.07207484283313897}, {16, 0.006704647680752957},
+                                                {20, 0.0015949528078570802}};
+  for (const auto& [k, v] : hf) {
+    CAPTURE(k);
+    CHECK(std::abs(y[k] / v - 1) <= 1e-14);
+  }
+  for (std::size_t k = 0; k <= 8; ++k) CHECK(y[k] == theta[k]);  // below low: kept
+  for (std::size_t k = 21; k < 32; ++k) CHECK(std::abs(y[k] / (theta[k] / 2) - 1) <= 1e-15);
+  // truncated (the default): low 8, high 21, so entry 9 differs
+  const auto yt = lrpe::freq::yarn(theta, 2, 2048, 1e4);
+  CHECK(std::abs(yt[9] / hf[0].second - 1) > 1e-4);
+  // attention factor: f = 40 with DeepSeek-style mscale / mscale_all_dim (HF's get_mscale ratio)
+  CHECK(lrpe::freq::yarn_attention_factor(40, 1, 1) == 1.0);
+  CHECK(std::abs(lrpe::freq::yarn_attention_factor(40, 2, 1) - (0.2 * std::log(40.0) + 1) / (0.1 * std::log(40.0) + 1)) <= 1e-15);
+  CHECK(std::abs(lrpe::freq::yarn_attention_factor(40, 2, 1) - 1.26948) <= 1e-6);
+  CHECK(lrpe::freq::yarn_attention_factor(40, 1, 0) == lrpe::freq::yarn_attention_factor(40));  // unset: plain
+  CHECK(lrpe::freq::yarn_attention_factor(40, 0, 1) == lrpe::freq::yarn_attention_factor(40));
+  CHECK(lrpe::freq::yarn_attention_factor(0.5, 2, 1) == 1.0);
+  CHECK_THROWS_WITH_AS(lrpe::freq::yarn_attention_factor(40, -1, 1), doctest::Contains("'mscale' must be >= 0"),
+                       lrpe::parameter_error);
+  CHECK_THROWS_WITH_AS(lrpe::freq::yarn_attention_factor(40, 1, NAN), doctest::Contains("'mscale_all_dim' must be finite"),
+                       lrpe::domain_error);
+  CHECK_THROWS_AS(lrpe::freq::yarn_attention_factor(INFINITY, 1, 1), lrpe::domain_error);
 }
 
 TEST_CASE("llama3: long wavelengths divided by the factor, short ones kept, continuous between") {

