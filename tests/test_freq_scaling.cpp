@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numbers>
 #include <utility>
+#include <vector>
 
 TEST_CASE("linear scaling divides every frequency by the factor") {
   const auto theta = lrpe::freq::rope(32);
@@ -64,6 +65,36 @@ TEST_CASE("YaRN with truncate = false and the mscale attention factor: HF transf
   CHECK_THROWS_WITH_AS(lrpe::freq::yarn_attention_factor(40, 1, NAN), doctest::Contains("'mscale_all_dim' must be finite"),
                        lrpe::domain_error);
   CHECK_THROWS_AS(lrpe::freq::yarn_attention_factor(INFINITY, 1, 1), lrpe::domain_error);
+}
+
+TEST_CASE("longrope: short factors up to L_orig, long ones past it; HF transformers 5.24's values") {
+  // HF longrope, head_dim 8, rope_theta 1e4, short [1, 1.5, 2, 3], long [2, 4, 8, 16],
+  // original 4096, max_position_embeddings 131072 (factor 32); HF computes in float32.
+  const auto theta = lrpe::freq::rope(4, 1e4);
+  const std::vector<double> sf{1.0, 1.5, 2.0, 3.0}, lf{2.0, 4.0, 8.0, 16.0};
+  const double hf_short[] = {1.0, 0.06666667014360428, 0.004999999888241291, 0.00033333332976326346};
+  const double hf_long[] = {0.5, 0.02500000037252903, 0.0012499999720603228, 6.25000029685907e-05};
+  for (const double L : {0.0, 100.0, 4096.0, 4097.0, 8192.0}) {
+    CAPTURE(L);
+    const auto y = lrpe::freq::longrope(theta, sf, lf, L, 4096);
+    const double* hf = L > 4096 ? hf_long : hf_short;
+    for (std::size_t k = 0; k < 4; ++k) {
+      CHECK(std::abs(y[k] / hf[k] - 1) <= 2e-7);  // float32 on HF's side
+      CHECK(y[k] == theta[k] / (L > 4096 ? lf[k] : sf[k]));
+    }
+  }
+  CHECK(std::abs(lrpe::freq::longrope_attention_factor(32, 4096) - 1.1902380714238083) <= 1e-15);
+  CHECK(lrpe::freq::longrope_attention_factor(1, 4096) == 1.0);
+  CHECK_THROWS_WITH_AS(lrpe::freq::longrope(theta, std::vector<double>{1, 2}, lf, 0, 4096),
+                       doctest::Contains("'short_factor' must have theta.size() = 4 entries; got 2"), lrpe::shape_error);
+  CHECK_THROWS_WITH_AS(lrpe::freq::longrope(theta, sf, std::vector<double>{1, 2, 0, 4}, 0, 4096),
+                       doctest::Contains("'long_factor' must be > 0 (at index 2)"), lrpe::parameter_error);
+  CHECK_THROWS_WITH_AS(lrpe::freq::longrope(theta, sf, std::vector<double>{1, NAN, 3, 4}, 0, 4096),
+                       doctest::Contains("at index 1"), lrpe::domain_error);
+  CHECK_THROWS_AS(lrpe::freq::longrope(theta, sf, lf, -1, 4096), lrpe::parameter_error);
+  CHECK_THROWS_AS(lrpe::freq::longrope(theta, sf, lf, 0, 0), lrpe::parameter_error);
+  CHECK_THROWS_AS(lrpe::freq::longrope_attention_factor(32, 1), lrpe::parameter_error);
+  CHECK_THROWS_AS(lrpe::freq::longrope_attention_factor(NAN, 4096), lrpe::domain_error);
 }
 
 TEST_CASE("llama3: long wavelengths divided by the factor, short ones kept, continuous between") {

@@ -11,6 +11,7 @@
  * | `dynamic_ntk_base(base, f, L, L_max, dim)` | a new base: base·((f·L/L_max) − (f − 1))^(dim/(dim−2)) when L > L_max |
  * | `yarn(θ, f, L_orig, base, β_fast = 32, β_slow = 1, truncate = true)` | θ/f·ramp + θ·(1 − ramp), ramp over the correction range |
  * | `llama3(θ, f = 8, low = 1, high = 4, L_orig = 8192)` | θ/f for long wavelengths, θ for short, smooth between |
+ * | `longrope(θ, short, long, L, L_orig)` | θ_k / long_k when L > L_orig, else θ_k / short_k (Phi-3) |
  *
  * Two caveats users hit (HF issues 25104, 25306): dynamic NTK changes the base with the current
  * length L, so keys cached under the old base are inconsistent with queries under the new one —
@@ -21,9 +22,8 @@
  *
  * Checked against transformers 5.24's own functions (1262 configurations, 2026-11-25): every
  * inverse frequency, NTK base and attention factor agrees to 1.3e-15 relative (HF, in float32,
- * is itself 1e-7 to 1e-6 away). Not provided: longrope (per-frequency factor lists: pass
- * `user(θ_k / ext_k)` and its attention factor), and HF's defaulting of a missing YaRN factor or
- * beta (lrpe asks for them).
+ * is itself 1e-7 to 1e-6 away). Not provided: HF's defaulting of a missing YaRN factor or beta
+ * (lrpe asks for them), and an explicit `attention_factor` (it is the caller's own number).
  */
 #pragma once
 
@@ -155,6 +155,48 @@ inline double yarn_attention_factor(double factor, double mscale, double mscale_
   if (mscale == 0 || mscale_all_dim == 0) return plain;
   const auto m = [factor](double c) { return factor <= 1.0 ? 1.0 : 0.1 * c * std::log(factor) + 1.0; };
   return m(mscale) / m(mscale_all_dim);
+}
+
+/**
+ * LongRoPE (Phi-3, HF `rope_type = "longrope"`): θ'_k = θ_k / ext_k with ext = `long_factor` when
+ * the current length L > L_orig, else `short_factor` (L = 0: no length given, short). As with
+ * dynamic NTK, crossing L_orig changes every angle, so keys cached under the short factors do not
+ * match queries under the long ones: re-encode the cache, or fix L.
+ * @throws shape_error (a factor list whose size is not θ.size()), domain_error (a non-finite
+ *         factor, L or L_orig), parameter_error (a factor ≤ 0, L < 0, L_orig ≤ 0).
+ */
+inline std::vector<double> longrope(std::span<const double> theta, std::span<const double> short_factor,
+                                    std::span<const double> long_factor, double length, double original_length) {
+  constexpr const char* where = "lrpe::freq::longrope";
+  std::vector<double> out = user(theta);
+  for (const auto& [list, arg] : {std::pair{short_factor, "short_factor"}, std::pair{long_factor, "long_factor"}}) {
+    detail::require_shape(list.size() == out.size(), where, arg,
+                          detail::lazy_concat("must have theta.size() = ", out.size(), " entries"), list.size());
+    for (std::size_t k = 0; k < list.size(); ++k) {
+      if (!std::isfinite(list[k]))
+        throw domain_error(detail::concat(where, ": argument '", arg, "' must be finite; got ", list[k], " at index ", k));
+      detail::require_parameter(list[k] > 0, where, arg, detail::lazy_concat("must be > 0 (at index ", k, ")"), list[k]);
+    }
+  }
+  if (!std::isfinite(length)) throw domain_error(detail::concat(where, ": argument 'length' must be finite; got ", length));
+  detail::require_parameter(length >= 0, where, "length", "must be >= 0 (0: no length, the short factors)", length);
+  detail_::require_positive(original_length, where, "original_length");
+  const std::span<const double> ext = length > original_length ? long_factor : short_factor;
+  for (std::size_t k = 0; k < out.size(); ++k) out[k] /= ext[k];
+  return out;
+}
+
+/// LongRoPE's attention factor √(1 + ln f / ln L_orig), 1 for f ≤ 1 (HF's default; Phi-3 takes
+/// f = max_position_embeddings / L_orig). It multiplies cos and sin in HF: as YaRN's, lrpe leaves
+/// it to the attention scale (docs/math.md).
+/// @throws domain_error (non-finite), parameter_error (L_orig ≤ 1).
+inline double longrope_attention_factor(double factor, double original_length) {
+  constexpr const char* where = "lrpe::freq::longrope_attention_factor";
+  if (!std::isfinite(factor)) throw domain_error(detail::concat(where, ": argument 'factor' must be finite; got ", factor));
+  if (!std::isfinite(original_length))
+    throw domain_error(detail::concat(where, ": argument 'original_length' must be finite; got ", original_length));
+  detail::require_parameter(original_length > 1, where, "original_length", "must be > 1", original_length);
+  return factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(factor) / std::log(original_length));
 }
 
 /**
