@@ -563,8 +563,11 @@ TEST_CASE("simd lookup_bytes (the permutation powers' byte table step) == a scal
   }
 }
 
+#endif  // the permutation-power case below runs its body only there, and is a shard of its own
+
 TEST_CASE_TEMPLATE("simd permutation powers by byte tables (AVX2, d <= 256) and by entries (d > 256) == reference", T,
                    float, double) {
+#if defined(__AVX2__) && defined(__FMA__)
   // BNSH streamed: every matrix a row at a time from the byte table; cached: 2 tile groups of
   // the 18 matrices and 2 left over from it. P = I (tables by `lookup_bytes`), a permutation P
   // composed into the table in bytes, a DCT P into scratch, positions as offsets and as an array.
@@ -584,8 +587,12 @@ TEST_CASE_TEMPLATE("simd permutation powers by byte tables (AVX2, d <= 256) and 
     CHECK(qk_vs_reference<A>(lrpe::encoder(lrpe::p::dct<T>(d), lrpe::lambda::permutation_power<T>::seeded(d, 5)), 9, 270,
                              270, 1, 1, 55) <= tol<T>(d));
   }
+#else
+  MESSAGE("no AVX2 + FMA in this build: the byte-table kernels are not compiled");
+#endif
 }
 
+#if defined(__AVX2__) && defined(__FMA__)
 TEST_CASE_TEMPLATE("simd encode with the AVX2 and AVX kernels named explicitly (run on AVX-512 hosts too) == reference",
                    T, float, double) {
   SUBCASE("fma3<avx2>") { check_avx_kernels<xsimd::fma3<xsimd::avx2>, T>(); }
