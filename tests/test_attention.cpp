@@ -486,6 +486,13 @@ TEST_CASE("softmax: errors name the argument") {
   CHECK_THROWS_WITH_AS(lrpe::softmax_attention(lrpe::bnsh(buf.data(), 2, 3, 4, 8), lrpe::bnsh(buf.data(), 2, 2, 4, 8),
                                                lrpe::bnsh(buf.data(), 2, 3, 4, 8), lrpe::bnsh(obuf.data(), 2, 3, 4, 8), enc),
                        doctest::Contains("'k'"), lrpe::shape_error);
+  // layouts whose element count is not an index_t: the strides would overflow
+  const index_t big = index_t{1} << 32;
+  CHECK_THROWS_WITH_AS(lrpe::bnsh(buf.data(), 1, big, big, 8),
+                       doctest::Contains("lrpe::bnsh: argument 'batch*heads*seq*dim' must be an index_t"), lrpe::shape_error);
+  CHECK_THROWS_WITH_AS(lrpe::bsnh(buf.data(), big, big, 1, 1), doctest::Contains("lrpe::bsnh: argument 'batch*heads*seq*dim'"),
+                       lrpe::shape_error);
+  CHECK_NOTHROW((void)lrpe::bnsh(buf.data(), 0, big, big / 32, 8));  // 2^62 elements a batch entry, none of them
   // grouped K/V: heads must divide q's, and v must have k's heads
   const std::string mh = "lrpe::softmax_attention (multi-head): argument ";
   CHECK_THROWS_WITH_AS(lrpe::softmax_attention(lrpe::bnsh(buf.data(), 1, 6, 4, 8), lrpe::bnsh(buf.data(), 1, 4, 4, 8),

@@ -251,6 +251,110 @@ TEST_CASE("per-pair scores are scaled in double, then rounded: a score past floa
   CHECK((out.array() - 1.0f).abs().maxCoeff() <= 1e-6f);
 }
 
+TEST_CASE("held_logit: a double past T's range is held at +-max(T); infinities and NaN are kept") {
+  using lim = std::numeric_limits<float>;
+  CHECK(lrpe::detail::held_logit<float>(1e39) == lim::max());
+  CHECK(lrpe::detail::held_logit<float>(-1e300) == lim::lowest());
+  CHECK(lrpe::detail::held_logit<float>(std::numeric_limits<double>::max()) == lim::max());
+  CHECK(lrpe::detail::held_logit<float>(static_cast<double>(lim::max())) == lim::max());
+  CHECK(lrpe::detail::held_logit<float>(-0.75) == -0.75f);
+  CHECK(lrpe::detail::held_logit<float>(HUGE_VAL) == lim::infinity());
+  CHECK(lrpe::detail::held_logit<float>(-HUGE_VAL) == -lim::infinity());
+  CHECK(std::isnan(lrpe::detail::held_logit<float>(std::nan(""))));
+  CHECK(lrpe::detail::held_logit<double>(std::numeric_limits<double>::max()) == std::numeric_limits<double>::max());
+  CHECK(lrpe::detail::held_logit<double>(-HUGE_VAL) == -HUGE_VAL);
+  CHECK(lrpe::detail::held_logit<long double>(1e300) == static_cast<long double>(1e300));
+  // finite_in<T>: the range test before a conversion to T (scale, eps)
+  CHECK(lrpe::detail::finite_in<float>(static_cast<double>(lim::max())));
+  CHECK(lrpe::detail::finite_in<float>(-static_cast<double>(lim::max())));
+  CHECK_FALSE(lrpe::detail::finite_in<float>(std::nextafter(static_cast<double>(lim::max()), HUGE_VAL)));
+  CHECK_FALSE(lrpe::detail::finite_in<float>(-1e39));
+  CHECK_FALSE(lrpe::detail::finite_in<float>(HUGE_VAL));
+  CHECK_FALSE(lrpe::detail::finite_in<double>(std::nan("")));
+  CHECK(lrpe::detail::finite_in<double>(std::numeric_limits<double>::max()));
+  CHECK(lrpe::detail::finite_in<long double>(-std::numeric_limits<double>::max()));
+}
+
+TEST_CASE("a float bias past FLT_MAX is held there: ALiBi with a slope of 1e300 gives finite rows") {
+  // Causal-form ALiBi without the causal mask: bias m·(t − s) is +1e300·k for later keys (held at
+  // +max: they tie) and −1e300·k for earlier ones (held at −max: weight 0). Row s < n − 1 is the
+  // mean of v over t > s; the last row sees only itself (bias 0). A plain conversion gave +inf
+  // and a NaN row (and is undefined behaviour).
+  const index_t d = 4;
+  for (const index_t n : {index_t{5}, index_t{70}}) {
+    CAPTURE(n);
+    lrpe::generator g(0xB1A5'0001);
+    const rm<float> q = random_matrix<float>(g, n, d), k = random_matrix<float>(g, n, d);
+    const rm<float> v = random_matrix<float>(g, n, d);
+    const cn::alibi<float> steep(d, std::vector<double>{1e300});
+    rm<float> out(n, d);
+    lrpe::softmax_attention(q, k, v, out, steep, lrpe::softmax_options<>{});
+    REQUIRE(out.allFinite());
+    double err = 0;
+    for (index_t s = 0; s < n; ++s)
+      for (index_t i = 0; i < d; ++i) {
+        ld want = v(n - 1, i);
+        if (s + 1 < n) {
+          want = 0;
+          for (index_t t = s + 1; t < n; ++t) want += v(t, i);
+          want /= static_cast<ld>(n - 1 - s);
+        }
+        err = std::max(err, static_cast<double>(std::abs(static_cast<ld>(out(s, i)) - want)));
+      }
+    CHECK(err <= 1e-6);
+  }
+}
+
+TEST_CASE("ALiBi's m*delta past DBL_MAX is held there: finite rows in double, and for a negative slope") {
+  // double, slope 1e306, causal form without the mask, n = 200: m·δ > DBL_MAX from δ = 180 on
+  // (held: those keys tie), below it the gaps are ≥ 1e306 (weight 0 for the rest). Row s ≤ 19 is
+  // the mean of v over t ≥ s + 180; every later row sees its largest bias at t = 199 alone.
+  const index_t d = 4;
+  lrpe::generator g(0xB1A5'0002);
+  {
+    const index_t n = 200;
+    const rm<double> q = random_matrix<double>(g, n, d), k = random_matrix<double>(g, n, d);
+    const rm<double> v = random_matrix<double>(g, n, d);
+    rm<double> out(n, d);
+    lrpe::softmax_attention(q, k, v, out, cn::alibi<double>(d, std::vector<double>{1e306}), lrpe::softmax_options<>{});
+    REQUIRE(out.allFinite());
+    double err = 0;
+    for (index_t s = 0; s < n; ++s)
+      for (index_t i = 0; i < d; ++i) {
+        ld want = v(n - 1, i);
+        if (s + 180 < n) {
+          want = 0;
+          for (index_t t = s + 180; t < n; ++t) want += v(t, i);
+          want /= static_cast<ld>(n - s - 180);
+        }
+        err = std::max(err, static_cast<double>(std::abs(static_cast<ld>(out(s, i)) - want)));
+      }
+    CHECK(err <= 1e-13);
+  }
+  {  // float, slope −1e300 with the causal mask: every earlier key ties at +FLT_MAX, the key at s gets 0
+    const index_t n = 40;
+    const rm<float> q = random_matrix<float>(g, n, d), k = random_matrix<float>(g, n, d);
+    const rm<float> v = random_matrix<float>(g, n, d);
+    rm<float> out(n, d);
+    lrpe::softmax_options<> causal;
+    causal.causal = true;
+    lrpe::softmax_attention(q, k, v, out, cn::alibi<float>(d, std::vector<double>{-1e300}), causal);
+    REQUIRE(out.allFinite());
+    double err = 0;
+    for (index_t s = 0; s < n; ++s)
+      for (index_t i = 0; i < d; ++i) {
+        ld want = v(0, i);
+        if (s > 0) {
+          want = 0;
+          for (index_t t = 0; t < s; ++t) want += v(t, i);
+          want /= static_cast<ld>(s);
+        }
+        err = std::max(err, static_cast<double>(std::abs(static_cast<ld>(out(s, i)) - want)));
+      }
+    CHECK(err <= 1e-6);
+  }
+}
+
 TEST_CASE("Shaw without an a^V table adds nothing to the values: any v.cols") {
   const index_t d = 4, n = 5;
   lrpe::generator g(0xA77C'0001);

@@ -341,6 +341,18 @@ TEST_CASE_TEMPLATE("canonical: a user variant composed from primitives is a rela
   CHECK(f.q_hat_dim() == 4);
   CHECK(f.dense_w(3).rows() == 4);
   CHECK_THROWS_AS(cn::term(cn::identity_map<T>(3), cn::identity_op<T>(4), cn::identity_map<T>(3)), lrpe::shape_error);
+  // operators of width < 1 (their dense() sized an Eigen matrix with it)
+  const auto fill = [](lrpe::position_t, T*) {};
+  const auto one = [](lrpe::position_t) { return 1.0; };
+  using fill_t = decltype(fill);
+  CHECK_THROWS_WITH_AS(cn::identity_op<T>(-1), doctest::Contains("lrpe::canonical::identity_op: argument 'd' must be >= 1"),
+                       lrpe::shape_error);
+  CHECK_THROWS_WITH_AS((cn::scalar_op<T, decltype(one)>(0, one)),
+                       doctest::Contains("lrpe::canonical::scalar_op: argument 'd'"), lrpe::shape_error);
+  CHECK_THROWS_WITH_AS((cn::column_op<T, fill_t>(0, fill)), doctest::Contains("lrpe::canonical::column_op: argument 'd'"),
+                       lrpe::shape_error);
+  CHECK_THROWS_WITH_AS((cn::row_op<T, fill_t>(-3, fill)), doctest::Contains("lrpe::canonical::row_op: argument 'd'"),
+                       lrpe::shape_error);
 }
 
 TEST_CASE_TEMPLATE("canonical: features stay exact at positions near 10^6 (angles formed in double)", T, float, double) {

@@ -189,10 +189,20 @@ TEST_CASE("cosFormer: exact angles, so features agree with the direct score far 
   CHECK_NOTHROW(cn::cosformer<double>(1, 1e-280));
 }
 
-TEST_CASE("DeBERTa-v2: spans past 2^62 rejected (2*span rows); a log bucket past int64 saturates") {
+TEST_CASE("DeBERTa-v2: spans of 2^62 or more rejected (2*span rows); a log bucket past int64 saturates") {
   CHECK_THROWS_WITH_AS(cn::deberta_buckets({0, std::numeric_limits<position_t>::max()}).validate("t"),
-                       doctest::Contains("must give an attention span in [1, 2^62]"), lrpe::parameter_error);
-  CHECK_NOTHROW(cn::deberta_buckets({0, position_t{1} << 62}).validate("t"));
+                       doctest::Contains("must give an attention span in [1, 2^62 - 1]"), lrpe::parameter_error);
+  CHECK_THROWS_WITH_AS(cn::deberta_buckets({0, position_t{1} << 62}).validate("t"),  // 2*span = 2^63
+                       doctest::Contains("must give an attention span in [1, 2^62 - 1]"), lrpe::parameter_error);
+  CHECK_NOTHROW(cn::deberta_buckets({0, (position_t{1} << 62) - 1}).validate("t"));
+  // heads·d past index_t: an error before any table is read (a 0×0 table: shape checks come after)
+  const lrpe::row_matrix<double> none;
+  CHECK_THROWS_WITH_AS(cn::deberta_v2<double>(index_t{1} << 32, index_t{1} << 32, {0, 4}, none, none),
+                       doctest::Contains("argument 'heads' must be >= 1 with heads*d an index_t"), lrpe::shape_error);
+  CHECK_THROWS_WITH_AS(cn::deberta_v2<double>::from_embeddings(index_t{1} << 32, index_t{1} << 32, {0, 4}, none, {}, {}),
+                       doctest::Contains("argument 'heads' must be >= 1 with heads*d an index_t"), lrpe::shape_error);
+  CHECK_THROWS_WITH_AS(cn::deberta_v2<double>::from_embeddings(0, 1, {0, 4}, none, {}, {}),
+                       doctest::Contains("argument 'd' must be >= 1"), lrpe::shape_error);
   // bucket size 2^41, max_position 2^40 + 2: log((2^40 + 1)/2^40) ≈ 2^−40 in the denominator
   const position_t top = std::numeric_limits<position_t>::max();
   CHECK(cn::deberta_log_bucket(top, index_t{1} << 41, (position_t{1} << 40) + 2) == top);
@@ -243,6 +253,10 @@ TEST_CASE("buckets: ALiBi slopes for 8, 12 and 16 heads") {
   CHECK(cn::alibi_slopes(1) == vd{1.0 / 256});
   CHECK(cn::alibi_slopes(3).size() == 3);
   CHECK(cn::alibi_slopes(3)[2] == doctest::Approx(std::pow(2.0, -2.0)));  // slopes(4)[0] = 2^-2
+  // a head count past what a vector can hold: an error before the c·2 of the power-of-two loop overflows
+  CHECK_THROWS_WITH_AS(cn::alibi_slopes(std::numeric_limits<lrpe::index_t>::max()),
+                       doctest::Contains("argument 'heads' must be in [1, "), lrpe::parameter_error);
+  CHECK_THROWS_AS(cn::alibi_slopes(0), lrpe::parameter_error);
 }
 
 TEST_CASE("buckets: clip") {

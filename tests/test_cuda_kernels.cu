@@ -351,9 +351,14 @@ TEST_CASE("cuda host: the kernels' bias(s, t) at positions 2^63 or more apart (n
   for (const auto& [s, t] : {std::pair{lo, hi}, {hi, lo}, {0, lo}, {lo, 0}, {-3, 9}, {hi - 2, hi}}) {
     CAPTURE(s);
     CAPTURE(t);
-    CHECK(cu::detail::bias_value(alibi, 0, s, t) == static_cast<float>(cpu.bias(s, t)));
+    CHECK(cu::detail::bias_value(alibi, 0, s, t) == lrpe::detail::held_logit<float>(cpu.bias(s, t)));
   }
   CHECK(cu::detail::bias_value(alibi, 0, lo, hi) > 9e18f);  // a wrapped t − s = −1 would read −0.5
+  const double steep[] = {1e30};  // m·(t − s) past FLT_MAX: held there, as the CPU's held_logit
+  alibi.slopes = steep;
+  CHECK(cu::detail::bias_value(alibi, 0, 0, hi) == std::numeric_limits<float>::max());
+  CHECK(cu::detail::bias_value(alibi, 0, hi, 0) == std::numeric_limits<float>::lowest());
+  CHECK(cu::detail::bias_value(alibi, 0, 0, 1) == 1e30f);
   const float w[] = {-2, -1, 0, 1, 2};  // radius 2: entry clip(t − s, 2) + 2
   cu::bias_desc table{};
   table.kind = cu::bias_kind::table;

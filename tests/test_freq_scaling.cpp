@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <utility>
 #include <vector>
@@ -159,4 +160,56 @@ TEST_CASE("scalings validate their parameters") {
   // A scaled schedule plugs into a RoPE encoder.
   const lrpe::lambda::rotation<float> rot(8, lrpe::freq::yarn(theta, 4, 4096));
   CHECK(rot.rotated_dim() == 8);
+}
+
+TEST_CASE("finite, accepted arguments that would give an infinite or NaN result are errors naming the argument") {
+  // Each of these returned inf or NaN before (found by an error-path audit, 2026-11-25).
+  const std::vector<double> two{1.0, 0.01};
+  CHECK_THROWS_WITH_AS(lrpe::freq::dynamic_ntk_base(1e308, 2, 8192, 4096, 128),
+                       doctest::Contains("argument 'length' must keep the scaled base finite"), lrpe::parameter_error);
+  CHECK(std::isfinite(lrpe::freq::dynamic_ntk_base(1e300, 2, 8192, 4096, 128)));
+  // L_orig/(2π·β) past DBL_MAX: both correction dimensions were +inf, the ramp NaN
+  CHECK_THROWS_WITH_AS(lrpe::freq::yarn(two, 2, 1e300, 1e4, 1e-300, 1e-300),
+                       doctest::Contains("lrpe::freq::yarn: argument 'beta_fast' must keep original_length/(2*pi*beta_fast)"),
+                       lrpe::parameter_error);
+  CHECK_THROWS_WITH_AS(lrpe::freq::yarn(two, 2, 1e300, 1e4, 1, 1e-300),
+                       doctest::Contains("argument 'beta_slow' must keep"), lrpe::parameter_error);
+  CHECK_THROWS_WITH_AS(lrpe::freq::yarn_correction_dim(1e-300, 4, 1e4, 1e300),
+                       doctest::Contains("argument 'rotations' must keep original_length/(2*pi*rotations) a finite, nonzero"),
+                       lrpe::parameter_error);
+  CHECK_THROWS_AS(lrpe::freq::yarn_correction_dim(1e300, 4, 1e4, 1e-300), lrpe::parameter_error);  // ratio 0: -inf
+  // the extremes that stay finite still work, as HF: L_orig = 1e300 puts low = corr(32) = 148
+  // past high = dim − 1 = 3, and the reversed ramp clamps to 1 (every θ interpolated, θ/f)
+  const auto far = lrpe::freq::yarn(two, 2, 1e300);
+  CHECK(far == std::vector<double>{0.5, 0.005});
+  // θ/ext past 2^960
+  CHECK_THROWS_WITH_AS(lrpe::freq::longrope(std::vector<double>{1.0}, std::vector<double>{1e-310},
+                                            std::vector<double>{1.0}, 0, 10),
+                       doctest::Contains("argument 'short_factor' must give frequencies with |theta| < 2^960"),
+                       lrpe::parameter_error);
+  CHECK_THROWS_WITH_AS(lrpe::freq::longrope(std::vector<double>{1.0}, std::vector<double>{1.0},
+                                            std::vector<double>{1e-300}, 20, 10),
+                       doctest::Contains("argument 'long_factor' must give"), lrpe::parameter_error);
+  // θ = π/(2L) past 2^960 for L below ~1.6e-289
+  CHECK_THROWS_WITH_AS(lrpe::freq::theta_b(2, 1e-320), doctest::Contains("argument 'length' must give frequencies"),
+                       lrpe::parameter_error);
+  CHECK_THROWS_WITH_AS(lrpe::freq::theta_c(2, 1e-320), doctest::Contains("argument 'length' must give frequencies"),
+                       lrpe::parameter_error);
+  CHECK(lrpe::freq::theta_c(2, 1e-280)[0] == std::numbers::pi / 2e-280);
+  // 2·pairs past index_t
+  CHECK_THROWS_WITH_AS(lrpe::freq::rope(std::numeric_limits<lrpe::index_t>::max() / 2 + 1),
+                       doctest::Contains("argument 'pairs' must be >= 1 and 2*pairs an index_t"), lrpe::shape_error);
+}
+
+TEST_CASE("yarn_attention_factor with huge mscales: the finite ratio, not inf/inf") {
+  // m(c) = 0.1·c·ln f + 1 overflows for c near DBL_MAX; the ratio is ≈ c₁/c₂
+  const double big = 1.7e308;
+  CHECK(lrpe::freq::yarn_attention_factor(1e300, big, big) == doctest::Approx(1.0).epsilon(1e-15));
+  CHECK(lrpe::freq::yarn_attention_factor(1e300, big, big / 4) == doctest::Approx(4.0).epsilon(1e-15));
+  // and the ordinary values are unchanged: HF's mscale example (f = 40, mscale 2, mscale_all_dim 1)
+  const double a = 0.1 * std::log(40.0);
+  CHECK(lrpe::freq::yarn_attention_factor(40, 2, 1) == (2 * a + 1) / (a + 1));
+  // a true ratio past DBL_MAX is an error
+  CHECK_THROWS_WITH_AS(lrpe::freq::yarn_attention_factor(1e300, big, 1e-300), doctest::Contains("argument 'mscale' must keep the factor finite"),
+                       lrpe::parameter_error);
 }

@@ -32,6 +32,9 @@ TEST_CASE("cos/sin cache: layout (max_pos, rotary_dim/2), angles in double") {
       CHECK(std::abs(c.sin(p, k) - std::sin(a)) <= 1.2e-7L);
     }
   CHECK_THROWS_AS(lrpe::interop::make_cos_sin_cache<float>(0, theta), lrpe::shape_error);
+  // |θ| ≥ 2^960, as every rotation: p·θ overflowed, NaN rows from p = 2 on
+  CHECK_THROWS_WITH_AS(lrpe::interop::make_cos_sin_cache<double>(3, std::vector<double>{1.5e308}),
+                       doctest::Contains("argument 'theta' must have |theta| < 2^960"), lrpe::parameter_error);
 }
 
 TEST_CASE("HF conversion permutation: HF's view/transpose formula, and NeoX on HF rows == GPT-J on Meta rows") {

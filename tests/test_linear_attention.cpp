@@ -455,6 +455,12 @@ TEST_CASE("linear: errors name the argument; empty sequences") {
     CHECK_THROWS_WITH_AS(lrpe::linear_attention(qf, kf, vf, outf, lrpe::type1<float>(8), phi, tiny),
                          doctest::Contains("'options.eps' must be > 0 in the scalar type"), lrpe::parameter_error);
     CHECK_NOTHROW(lrpe::linear_attention(q, k, v, out, enc, phi, tiny));
+    // and past float's range (the conversion itself would be undefined behaviour)
+    const linear_options huge{.norm = lrpe::normalisation::denominator, .eps = 1e39};
+    CHECK_THROWS_WITH_AS(lrpe::linear_attention(qf, kf, vf, outf, lrpe::type1<float>(8), phi, huge),
+                         doctest::Contains("'options.eps' must be finite in the scalar type; got 1e+39"),
+                         lrpe::parameter_error);
+    CHECK_NOTHROW(lrpe::linear_attention(q, k, v, out, enc, phi, huge));
     lrpe::linear_attention_state<float> st(8, 3);
     std::vector<float> row(3);
     CHECK_THROWS_WITH_AS(st.query_features(qf.data(), 0, row.data(), lrpe::normalisation::denominator, 1e-300),

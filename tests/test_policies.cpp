@@ -467,6 +467,13 @@ TEST_CASE("every foundation error path throws the documented type with a message
   check_throws<parameter_error>([] { lrpe::p::permutation<float>(std::vector<index_t>{0, 1, 1}); }, "bijection");
   check_throws<parameter_error>([] { lrpe::p::permutation<float>(std::vector<index_t>{0, 3, 1}); }, "got 3 at index 1");
   check_throws<parameter_error>([] { lrpe::lambda::permutation_power<float>(std::vector<index_t>{-1, 0}); }, "permutation of 0..1");
+  {  // power(s, j) reads the cycle tables at j: j outside [0, d) read past them
+    const lrpe::lambda::permutation_power<float> pp(std::vector<index_t>{1, 2, 0});
+    CHECK(pp.power(1, 0) == 1);
+    CHECK(pp.power(-1, 0) == 2);
+    check_throws<shape_error>([&] { (void)pp.power(1, 3); }, "argument 'j' must be in [0, dim() = 3); got 3");
+    check_throws<shape_error>([&] { (void)pp.power(1, -1); }, "got -1");
+  }
   // Dense P: not square, not unitary, not finite
   check_throws<shape_error>([] { lrpe::p::dense<double>(Eigen::MatrixXd::Identity(3, 2)); }, "must be square; got 3x2");
   check_throws<parameter_error>([] { lrpe::p::dense<double>(2 * Eigen::MatrixXd::Identity(3, 3)); }, "must be unitary");

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 namespace {
@@ -384,4 +385,33 @@ TEST_CASE("streaming: t - last must fit in int64") {
   const std::vector<lrpe::position_t> far{bottom, -1};
   fresh.append_block(ones, ones, lrpe::positions(far), 0);  // a span of exactly 2^63 − 1
   CHECK(fresh.last_position() == -1);
+
+  // the block's shapes and its rows of an array of positions (it read past them, or hit an Eigen
+  // assertion, before)
+  lrpe::linear_attention_state<T> blocks(2, 2);
+  const lrpe::row_matrix<T> wide_k = lrpe::row_matrix<T>::Ones(2, 3), narrow_v = lrpe::row_matrix<T>::Ones(2, 1);
+  const std::string ab = "lrpe::linear_attention_state::append_block: argument ";
+  CHECK_THROWS_WITH_AS(blocks.append_block(wide_k, ones, lrpe::positions(0), 0),
+                       (ab + "'k_features.cols()' must equal feature_dim() = 2; got 3").c_str(), lrpe::shape_error);
+  CHECK_THROWS_WITH_AS(blocks.append_block(ones, three, lrpe::positions(0), 0),
+                       (ab + "'v.rows()' must equal k_features.rows() = 2; got 3").c_str(), lrpe::shape_error);
+  CHECK_THROWS_WITH_AS(blocks.append_block(ones, narrow_v, lrpe::positions(0), 0),
+                       (ab + "'v.cols()' must equal value_dim() = 2; got 1").c_str(), lrpe::shape_error);
+  const std::vector<lrpe::position_t> two_pos{4, 5};
+  CHECK_THROWS_WITH_AS(blocks.append_block(ones, ones, lrpe::positions(two_pos), 1),
+                       (ab + "'first' must be >= 0 with first + rows <= positions.size() = 2 (rows = 2); got 1").c_str(),
+                       lrpe::shape_error);
+  CHECK_THROWS_AS(blocks.append_block(ones, ones, lrpe::positions(two_pos), -1), lrpe::shape_error);
+  // offset positions: offset + first + rows − 1 must be a position (it overflowed before)
+  const lrpe::position_t most = std::numeric_limits<lrpe::position_t>::max();
+  CHECK_THROWS_WITH_AS(blocks.append_block(ones, ones, lrpe::positions(most - 1), 1),
+                       (ab + "'first' must be >= 0 with offset + first + rows - 1 <= 2^63 - 1 (offset = "
+                             "9223372036854775806, rows = 2); got 1").c_str(),
+                       lrpe::parameter_error);
+  CHECK_THROWS_AS(blocks.append_block(ones, ones, lrpe::positions(0), most), lrpe::parameter_error);
+  CHECK_THROWS_AS(blocks.append_block(ones, ones, lrpe::positions(0), -1), lrpe::parameter_error);
+  CHECK(blocks.empty());
+  blocks.append_block(ones, ones, lrpe::positions(two_pos), 0);
+  CHECK(blocks.count() == 2);
+  CHECK(blocks.last_position() == 5);
 }

@@ -76,7 +76,7 @@ void require_feature_map(const Phi& phi, const char* where, const char* arg = "p
   if constexpr (std::is_same_v<Phi, feature_maps::relu_eps>) {
     if (!std::isfinite(phi.eps)) fail<domain_error>(where, arg, "must have a finite eps (relu_eps)", phi.eps);
     require_parameter(phi.eps >= 0, where, arg, "must have eps >= 0 (relu_eps)", phi.eps);
-    require_parameter(std::isfinite(static_cast<T>(phi.eps)), where, arg,
+    require_parameter(finite_in<T>(phi.eps), where, arg,
                       "must have an eps finite in the scalar type (relu_eps)", phi.eps);
   }
 }

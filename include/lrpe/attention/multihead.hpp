@@ -52,15 +52,21 @@ struct heads_view {
 };
 
 /// [batch, heads, seq, dim] contiguous memory (PyTorch's default (B, H, N, D)).
+/// @throws shape_error if batch·heads·seq·dim (of the nonzero extents) is not an index_t.
 template <class T>
-heads_view<T> bnsh(T* data, index_t batch, index_t heads, index_t seq, index_t dim) noexcept {
-  return {data, batch, heads, seq, dim, heads * seq * dim, seq * dim, dim};
+heads_view<T> bnsh(T* data, index_t batch, index_t heads, index_t seq, index_t dim) {
+  detail::require_layout_extents("lrpe::bnsh", batch, heads, seq, dim);
+  const index_t head = detail::wrapping_product(seq, dim);
+  return {data, batch, heads, seq, dim, detail::wrapping_product(heads, head), head, dim};
 }
 
 /// [batch, seq, heads, dim] contiguous memory (the layout of a fused QKV projection's output).
+/// @throws shape_error if batch·seq·heads·dim (of the nonzero extents) is not an index_t.
 template <class T>
-heads_view<T> bsnh(T* data, index_t batch, index_t seq, index_t heads, index_t dim) noexcept {
-  return {data, batch, heads, seq, dim, seq * heads * dim, dim, heads * dim};
+heads_view<T> bsnh(T* data, index_t batch, index_t seq, index_t heads, index_t dim) {
+  detail::require_layout_extents("lrpe::bsnh", batch, heads, seq, dim);
+  const index_t row = detail::wrapping_product(heads, dim);
+  return {data, batch, heads, seq, dim, detail::wrapping_product(seq, row), dim, row};
 }
 
 namespace detail {

@@ -149,6 +149,7 @@ template <class T = double>
 void require_eps(double eps, const char* where, const char* arg = "options.eps") {
   if (std::isnan(eps)) fail<domain_error>(where, arg, "must be finite and > 0", eps);
   require_parameter(eps > 0 && std::isfinite(eps), where, arg, "must be finite and > 0", eps);
+  require_parameter(finite_in<T>(eps), where, arg, "must be finite in the scalar type", eps);
   require_parameter(static_cast<T>(eps) > T(0), where, arg,
                     lazy_concat("must be > 0 in the scalar type (at least ", std::numeric_limits<T>::denorm_min(), ")"),
                     eps);

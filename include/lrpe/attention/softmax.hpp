@@ -101,7 +101,7 @@ struct biased_logits {
     content(i0, i1, j0, j1, s);
     for (index_t i = i0; i < i1; ++i) {
       for (index_t j = j0; j < j1; ++j)
-        s(i - i0, j - j0) += static_cast<T>(encoding->bias(q_positions[i], k_positions[j]));
+        s(i - i0, j - j0) += lrpe::detail::held_logit<T>(encoding->bias(q_positions[i], k_positions[j]));
     }
   }
 };
@@ -199,8 +199,9 @@ void softmax_attention(const Q& q_in, const K& k_in, const V& v_in, O&& out_in, 
   }
   if (q.rows == 0) return;
   const double scale_d = detail::resolve_scale(encoding, options.scale, d, where);
+  if (!detail::finite_in<T>(scale_d))
+    detail::fail<domain_error>(where, "options.scale", "must be finite in the scalar type", scale_d);
   const T scale = static_cast<T>(scale_d);
-  if (!std::isfinite(scale)) detail::fail<domain_error>(where, "options.scale", "must be finite in the scalar type", scale_d);
   using backend::call_guard;
   [[maybe_unused]] const auto guard = call_guard(backend);  // e.g. a pool's shared workspace
 
@@ -241,7 +242,7 @@ void softmax_attention(const Q& q_in, const K& k_in, const V& v_in, O&& out_in, 
       for (index_t i = i0; i < i1; ++i) {
         for (index_t j = j0; j < j1; ++j) {
           // scaled in double, then rounded once: a score past T's range whose scaled logit is not
-          S(i - i0, j - j0) = static_cast<T>(scale_d * encoding.score(q.row(i), qp[i], k.row(j), kp[j]));
+          S(i - i0, j - j0) = lrpe::detail::held_logit<T>(scale_d * encoding.score(q.row(i), qp[i], k.row(j), kp[j]));
         }
       }
     };

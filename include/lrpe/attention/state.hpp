@@ -276,12 +276,37 @@ class linear_attention_state {
   /**
    * Folds a block of encoded keys at non-decreasing positions (the chunked algorithm's
    * inter-chunk update): with p′ = the last position, S ← λ^{p′−p} S + Σ_j λ^{p′−t_j} k̃_j v_jᵀ.
-   * @throws parameter_error if the positions decrease, start before last_position(), or span
-   * (with it) more than 2^63 − 1.
+   * Row j of the block is at position pos[first + j].
+   * @throws shape_error if k_features is not m×feature_dim(), v not m×value_dim(), or (array
+   * positions) [first, first + m) not within pos; parameter_error if the positions decrease,
+   * start before last_position(), or span (with it) more than 2^63 − 1.
    */
   template <class KF, class VB>
   void append_block(const KF& k_features, const VB& v, const positions& pos, index_t first) {
     const index_t m = k_features.rows();
+    {
+      constexpr const char* where = "lrpe::linear_attention_state::append_block";
+      detail::require_shape(k_features.cols() == feature_dim(), where, "k_features.cols()",
+                            detail::lazy_concat("must equal feature_dim() = ", feature_dim()), k_features.cols());
+      detail::require_shape(v.rows() == m, where, "v.rows()", detail::lazy_concat("must equal k_features.rows() = ", m),
+                            v.rows());
+      detail::require_shape(v.cols() == value_dim(), where, "v.cols()",
+                            detail::lazy_concat("must equal value_dim() = ", value_dim()), v.cols());
+      if (pos.is_array()) {
+        detail::require_shape(first >= 0 && first <= pos.size() - m, where, "first",
+                              detail::lazy_concat("must be >= 0 with first + rows <= positions.size() = ", pos.size(),
+                                                  " (rows = ", m, ")"),
+                              first);
+      } else {  // offset + first + m − 1 must be a position_t
+        constexpr position_t top = std::numeric_limits<position_t>::max();
+        detail::require_parameter(
+            first >= 0 && (m == 0 || (first <= top - (m - 1) && pos.offset() <= top - (first + m - 1))), where,
+            "first",
+            detail::lazy_concat("must be >= 0 with offset + first + rows - 1 <= 2^63 - 1 (offset = ", pos.offset(),
+                                ", rows = ", m, ")"),
+            first);
+      }
+    }
     if (m == 0) return;
     const position_t p_new = pos[first + m - 1];
     constexpr const char* where = "lrpe::linear_attention_state::append";

@@ -15,6 +15,8 @@
 #include <lrpe/canonical/detail/additive.hpp>
 #include <lrpe/canonical/detail/common.hpp>
 
+#include <algorithm>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -81,8 +83,11 @@ class alibi {
   }
 
  private:
+  // held at ±DBL_MAX: a finite slope at a far offset would otherwise give ±∞, a masked key or
+  // (+∞ − +∞ in the softmax) a NaN row
   [[nodiscard]] double bias_of(double x) const noexcept {
-    return form_ == alibi_form::causal ? slope() * x : -slope() * std::abs(x);
+    constexpr double top = std::numeric_limits<double>::max();
+    return std::clamp(form_ == alibi_form::causal ? slope() * x : -slope() * std::abs(x), -top, top);
   }
 
   index_t d_;

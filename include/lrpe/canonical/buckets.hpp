@@ -126,9 +126,9 @@ struct deberta_buckets {
   /// `parameter_error` if span() < 1, or if log buckets are used with position_buckets < 4
   /// or max_relative_positions − 1 ≤ position_buckets/2 (the log base would be ≤ 1).
   void validate(const char* where) const {
-    detail::require_parameter(span() >= 1 && span() <= (position_t{1} << 62), where,
+    detail::require_parameter(span() >= 1 && span() < (position_t{1} << 62), where,
                               "position_buckets / max_relative_positions",
-                              "must give an attention span in [1, 2^62] (the tables have 2*span rows)", span());
+                              "must give an attention span in [1, 2^62 - 1] (the tables have 2*span rows)", span());
     if (log_buckets()) {
       detail::require_parameter(position_buckets >= 4, where, "position_buckets",
                                 "must be >= 4 (or <= 0 for no log buckets)", position_buckets);
@@ -178,7 +178,11 @@ struct deberta_buckets {
  * @throws parameter_error if heads < 1.
  */
 [[nodiscard]] inline std::vector<double> alibi_slopes(index_t heads) {
-  detail::require_parameter(heads >= 1, "lrpe::canonical::alibi_slopes", "heads", "must be >= 1", heads);
+  // at most vector<double>'s max_size() / 2, so that 2·c below is an index_t (a larger count could
+  // not be allocated anyway)
+  constexpr auto most = static_cast<index_t>(std::numeric_limits<index_t>::max() / 16);
+  detail::require_parameter(heads >= 1 && heads <= most, "lrpe::canonical::alibi_slopes", "heads",
+                            detail::lazy_concat("must be in [1, ", most, "]"), heads);
   auto power_of_two = [](index_t n) {
     std::vector<double> s(static_cast<std::size_t>(n));
     const double start = std::exp2(-8.0 / static_cast<double>(n));
@@ -186,7 +190,7 @@ struct deberta_buckets {
     return s;
   };
   index_t c = 1;
-  while (c * 2 <= heads) c *= 2;
+  while (c <= heads / 2) c *= 2;
   std::vector<double> slopes = power_of_two(c);
   if (c == heads) return slopes;
   const std::vector<double> extra = power_of_two(2 * c);

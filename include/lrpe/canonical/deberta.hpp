@@ -70,8 +70,7 @@ class deberta_v2 {
              deberta_terms terms = {})
       : d_(d), cfg_(cfg), terms_(terms), heads_(heads) {
     constexpr const char* where = "lrpe::canonical::deberta_v2";
-    lrpe::detail::require_shape(d >= 1, where, "d", "must be >= 1", d);
-    lrpe::detail::require_shape(heads >= 1, where, "heads", "must be >= 1", heads);
+    require_sizes(d, heads, where);
     cfg_.validate(where);
     const index_t rows = 2 * cfg_.span();
     if (terms.c2p) {
@@ -97,6 +96,7 @@ class deberta_v2 {
                                                   const linear_projection<T>& key, const linear_projection<T>& query,
                                                   deberta_terms terms = {}) {
     constexpr const char* where = "lrpe::canonical::deberta_v2::from_embeddings";
+    require_sizes(d, heads, where);
     cfg.validate(where);
     const index_t rows = 2 * cfg.span();
     lrpe::detail::require_shape(rel_embeddings.rows() >= rows, where, "rel_embeddings.rows()",
@@ -177,6 +177,13 @@ class deberta_v2 {
   }
 
  private:
+  /// d ≥ 1, heads ≥ 1 and heads·d an index_t (the tables' width).
+  static void require_sizes(index_t d, index_t heads, const char* where) {
+    lrpe::detail::require_shape(d >= 1, where, "d", "must be >= 1", d);
+    lrpe::detail::require_shape(heads >= 1 && heads <= std::numeric_limits<index_t>::max() / d, where, "heads",
+                                lrpe::detail::lazy_concat("must be >= 1 with heads*d an index_t (d = ", d, ")"), heads);
+  }
+
   index_t d_;
   deberta_buckets cfg_;
   deberta_terms terms_;

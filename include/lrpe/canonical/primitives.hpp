@@ -125,7 +125,9 @@ class identity_op {
  public:
   using scalar = T;
   using value_type = T;
-  explicit identity_op(index_t d) : d_(d) {}
+  explicit identity_op(index_t d) : d_(d) {
+    detail::require_shape(d >= 1, "lrpe::canonical::identity_op", "d", "must be >= 1", d);
+  }
   [[nodiscard]] index_t rows() const noexcept { return d_; }
   [[nodiscard]] index_t cols() const noexcept { return d_; }
   void apply(position_t, const T* k, T* out) const noexcept { std::copy(k, k + d_, out); }
@@ -144,7 +146,9 @@ class scalar_op {
  public:
   using scalar = T;
   using value_type = T;
-  scalar_op(index_t d, F w) : d_(d), w_(std::move(w)) {}
+  scalar_op(index_t d, F w) : d_(d), w_(std::move(w)) {
+    detail::require_shape(d >= 1, "lrpe::canonical::scalar_op", "d", "must be >= 1", d);
+  }
   [[nodiscard]] index_t rows() const noexcept { return d_; }
   [[nodiscard]] index_t cols() const noexcept { return d_; }
   [[nodiscard]] double weight(position_t delta) const { return w_(delta); }
@@ -171,7 +175,9 @@ class column_op {
  public:
   using scalar = T;
   using value_type = T;
-  column_op(index_t d, F a) : d_(d), a_(std::move(a)) {}
+  column_op(index_t d, F a) : d_(d), a_(std::move(a)) {
+    detail::require_shape(d >= 1, "lrpe::canonical::column_op", "d", "must be >= 1", d);
+  }
   [[nodiscard]] index_t rows() const noexcept { return d_; }
   [[nodiscard]] static constexpr index_t cols() noexcept { return 1; }
   void apply(position_t delta, const T* k, T* out) const {
@@ -198,7 +204,9 @@ class row_op {
  public:
   using scalar = T;
   using value_type = T;
-  row_op(index_t d, F a) : d_(d), a_(std::move(a)) {}
+  row_op(index_t d, F a) : d_(d), a_(std::move(a)) {
+    detail::require_shape(d >= 1, "lrpe::canonical::row_op", "d", "must be >= 1", d);
+  }
   [[nodiscard]] static constexpr index_t rows() noexcept { return 1; }
   [[nodiscard]] index_t cols() const noexcept { return d_; }
   void apply(position_t delta, const T* k, T* out) const {

@@ -23,6 +23,7 @@
 #include <lrpe/core/traits.hpp>
 
 #include <concepts>
+#include <limits>
 
 namespace lrpe {
 inline namespace v0 {
@@ -54,6 +55,23 @@ concept value_encoding =
       requires V::has_value_term;
       v.add_value_term(s, s, w, out);  // out += w · a^V_{t−s} (dim() elements)
     };
+
+namespace detail {
+/**
+ * A bias or score (double) as the scalar type T of a logit: ±∞ and NaN kept, a finite value past
+ * T's range held at ±max(T). A plain conversion is undefined behaviour there ([conv.double]), and
+ * where it gives ±∞ it turns a finite logit into a masked key (−∞) or a NaN row (+∞ − +∞). Held,
+ * the logit stays finite, as on the SIMD backend (`bias_log2`); the huge value dominates the row.
+ */
+template <real_scalar T>
+constexpr T held_logit(double x) noexcept {
+  constexpr double top = static_cast<double>(std::numeric_limits<T>::max());  // ∞ for wider types
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  if (x > top && x != inf) return std::numeric_limits<T>::max();
+  if (x < -top && x != -inf) return std::numeric_limits<T>::lowest();
+  return static_cast<T>(x);
+}
+}  // namespace detail
 
 }  // namespace v0
 }  // namespace lrpe

@@ -7,6 +7,9 @@
 #include <lrpe/core/error.hpp>
 
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
 #include <span>
 
 namespace lrpe {
@@ -16,6 +19,14 @@ namespace detail {
 /// d >= 1.
 inline void require_dim(index_t d, const char* where, const char* arg = "dim") {
   require_shape(d >= 1, where, arg, "must be >= 1", d);
+}
+
+/// x is finite and within ±max(T), so that static_cast<T>(x) is defined ([conv.double]: a double
+/// past float's range converts with undefined behaviour) and finite.
+template <class T>
+[[nodiscard]] constexpr bool finite_in(double x) noexcept {
+  constexpr double top = static_cast<double>(std::numeric_limits<T>::max());  // ∞ for wider types
+  return x - x == 0 && x <= top && x >= -top;                                 // x − x: NaN for ±∞, NaN
 }
 
 /// Every value finite; names the first offending index.
@@ -40,6 +51,41 @@ inline void require_frequencies(std::span<const double> theta, const char* where
                                    theta[i], " at index ", i));
     }
   }
+}
+
+/// Frequencies computed from argument `arg` (whose value was `value`): the same bounds as
+/// `require_frequencies`, a `parameter_error` naming `arg` when a computed θ breaks them.
+template <class V>
+void require_frequencies_from(std::span<const double> theta, const char* where, const char* arg, const V& value) {
+  for (std::size_t i = 0; i < theta.size(); ++i) {
+    if (!(std::abs(theta[i]) < 0x1p960)) {
+      throw parameter_error(concat(where, ": argument '", arg,
+                                   "' must give frequencies with |theta| < 2^960 (s*theta finite at every int64 "
+                                   "position s); got ",
+                                   value, ", which gives theta = ", theta[i], " at index ", i));
+    }
+  }
+}
+
+/// The extents of a contiguous multi-head layout (bnsh, bsnh): when none is negative, their
+/// product (of the nonzero ones) must be an index_t, so that no stride or head offset overflows
+/// (shape_error). Negative extents are left to the callers' view checks, which name them.
+inline void require_layout_extents(const char* where, index_t batch, index_t heads, index_t seq, index_t dim) {
+  if (batch < 0 || heads < 0 || seq < 0 || dim < 0) return;
+  index_t total = 1;
+  for (const index_t e : {dim, seq, heads, batch}) {
+    if (e == 0) continue;
+    require_shape(total <= std::numeric_limits<index_t>::max() / e, where, "batch*heads*seq*dim",
+                  "must be an index_t (the strides and offsets of the layout)",
+                  lazy_concat(batch, "x", heads, "x", seq, "x", dim));
+    total *= e;
+  }
+}
+
+/// a·b modulo 2^64: a stride of extents already checked by `require_layout_extents` (exact),
+/// or of negative ones that the view checks reject (no undefined behaviour before they do).
+[[nodiscard]] constexpr index_t wrapping_product(index_t a, index_t b) noexcept {
+  return static_cast<index_t>(static_cast<std::uint64_t>(a) * static_cast<std::uint64_t>(b));
 }
 
 /// `got == expected` for a length.

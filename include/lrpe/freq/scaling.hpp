@@ -22,8 +22,9 @@
  *
  * Checked against transformers 5.24's own functions (1262 configurations, 2026-11-25): every
  * inverse frequency, NTK base and attention factor agrees to 1.3e-15 relative (HF, in float32,
- * is itself 1e-7 to 1e-6 away). Not provided: HF's defaulting of a missing YaRN factor or beta
- * (lrpe asks for them), and an explicit `attention_factor` (it is the caller's own number).
+ * is itself 1e-7 to 1e-6 away). lrpe takes every value explicitly: HF's defaults for a missing
+ * factor, β, L_orig or attention factor are tabled in docs/math.md ("Reading a Hugging Face
+ * config"); an explicit `attention_factor` is the caller's own number.
  */
 #pragma once
 
@@ -74,20 +75,40 @@ inline double dynamic_ntk_base(double base, double factor, double length, double
   detail::require_shape(dim > 2 && dim % 2 == 0, where, "dim", "must be even and > 2", dim);
   if (length <= max_length) return base;
   const auto d = static_cast<double>(dim);
-  return base * std::pow(factor * length / max_length - (factor - 1.0), d / (d - 2.0));
+  const double scaled = base * std::pow(factor * length / max_length - (factor - 1.0), d / (d - 2.0));
+  if (!std::isfinite(scaled))
+    throw parameter_error(detail::concat(where, ": argument 'length' must keep the scaled base finite (base = ", base,
+                                         ", factor = ", factor, ", max_length = ", max_length, ", dim = ", dim,
+                                         "); got ", length, ", which gives ", scaled));
+  return scaled;
 }
+
+namespace detail_ {
+/// dim·ln(L_orig/(2π r)) / (2 ln base), the ratio L_orig/(2π r) within double's range (else a
+/// parameter_error naming `arg`, the argument that gave r).
+inline double correction_dim(double rotations, index_t dim, double base, double original_length, const char* where,
+                             const char* arg) {
+  const double ratio = original_length / (2.0 * std::numbers::pi * rotations);
+  if (!(std::isfinite(ratio) && ratio > 0))
+    throw parameter_error(detail::concat(where, ": argument '", arg,
+                                         "' must keep original_length/(2*pi*", arg,
+                                         ") a finite, nonzero double (original_length = ", original_length, "); got ",
+                                         rotations));
+  return static_cast<double>(dim) * std::log(ratio) / (2.0 * std::log(base));
+}
+}  // namespace detail_
 
 /// YaRN's correction dimension for `rotations` full turns over `original_length`:
 /// dim·ln(L_orig/(2π r)) / (2 ln base).
-/// @throws domain_error / parameter_error unless rotations, original_length > 0, dim ≥ 1, base > 1.
+/// @throws domain_error / parameter_error unless rotations, original_length > 0, dim ≥ 1, base > 1
+///         and L_orig/(2π r) is a finite, nonzero double.
 inline double yarn_correction_dim(double rotations, index_t dim, double base, double original_length) {
   constexpr const char* where = "lrpe::freq::yarn_correction_dim";
   detail_::require_positive(rotations, where, "rotations");
   detail::require_shape(dim >= 1, where, "dim", "must be >= 1", dim);
   detail_::require_base(base, where);
   detail_::require_positive(original_length, where, "original_length");
-  return static_cast<double>(dim) * std::log(original_length / (2.0 * std::numbers::pi * rotations)) /
-         (2.0 * std::log(base));
+  return detail_::correction_dim(rotations, dim, base, original_length, where, "rotations");
 }
 
 /**
@@ -114,8 +135,8 @@ inline std::vector<double> yarn(std::span<const double> theta, double factor, do
   std::vector<double> out = user(theta);
   const auto dim = 2 * static_cast<index_t>(out.size());
   detail::require_shape(dim >= 2, where, "theta.size()", "must be >= 1", out.size());
-  double low = yarn_correction_dim(beta_fast, dim, base, original_length);
-  double high = yarn_correction_dim(beta_slow, dim, base, original_length);
+  double low = detail_::correction_dim(beta_fast, dim, base, original_length, where, "beta_fast");
+  double high = detail_::correction_dim(beta_slow, dim, base, original_length, where, "beta_slow");
   if (truncate) {
     low = std::floor(low);
     high = std::ceil(high);
@@ -152,9 +173,18 @@ inline double yarn_attention_factor(double factor, double mscale, double mscale_
     if (!std::isfinite(x)) throw domain_error(detail::concat(where, ": argument '", arg, "' must be finite; got ", x));
     detail::require_parameter(x >= 0, where, arg, "must be >= 0 (0: unset)", x);
   }
-  if (mscale == 0 || mscale_all_dim == 0) return plain;
-  const auto m = [factor](double c) { return factor <= 1.0 ? 1.0 : 0.1 * c * std::log(factor) + 1.0; };
-  return m(mscale) / m(mscale_all_dim);
+  if (mscale == 0 || mscale_all_dim == 0 || factor <= 1.0) return plain;
+  // (0.1·c₁·ln f + 1)/(0.1·c₂·ln f + 1), as (a + 1/c₁)/(a + 1/c₂)·(c₁/c₂) with a = 0.1·ln f
+  // when a numerator or denominator overflows (both mscales near DBL_MAX: the ratio is finite)
+  const double a = 0.1 * std::log(factor);
+  const double num = a * mscale + 1.0, den = a * mscale_all_dim + 1.0;
+  double ratio = num / den;
+  if (!std::isfinite(num) || !std::isfinite(den)) ratio = (a + 1.0 / mscale) / (a + 1.0 / mscale_all_dim) * (mscale / mscale_all_dim);
+  if (!std::isfinite(ratio))
+    throw parameter_error(detail::concat(where, ": argument 'mscale' must keep the factor finite (mscale_all_dim = ",
+                                         mscale_all_dim, ", factor = ", factor, "); got ", mscale, ", which gives ",
+                                         ratio));
+  return ratio;
 }
 
 /**
@@ -181,8 +211,15 @@ inline std::vector<double> longrope(std::span<const double> theta, std::span<con
   if (!std::isfinite(length)) throw domain_error(detail::concat(where, ": argument 'length' must be finite; got ", length));
   detail::require_parameter(length >= 0, where, "length", "must be >= 0 (0: no length, the short factors)", length);
   detail_::require_positive(original_length, where, "original_length");
-  const std::span<const double> ext = length > original_length ? long_factor : short_factor;
-  for (std::size_t k = 0; k < out.size(); ++k) out[k] /= ext[k];
+  const bool long_list = length > original_length;
+  const std::span<const double> ext = long_list ? long_factor : short_factor;
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    out[k] /= ext[k];
+    if (!(std::abs(out[k]) < 0x1p960))
+      throw parameter_error(detail::concat(where, ": argument '", long_list ? "long_factor" : "short_factor",
+                                           "' must give frequencies with |theta| < 2^960; got ", ext[k], " at index ", k,
+                                           ", which gives theta = ", out[k]));
+  }
   return out;
 }
 

@@ -21,6 +21,7 @@
 #include <lrpe/detail/validate.hpp>
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <span>
 #include <vector>
@@ -52,7 +53,8 @@ inline void require_length(double length, const char* where) {
  */
 inline std::vector<double> rope(index_t pairs, double base = 10000.0, index_t width = 0) {
   constexpr const char* where = "lrpe::freq::rope";
-  detail::require_shape(pairs >= 1, where, "pairs", "must be >= 1", pairs);
+  detail::require_shape(pairs >= 1 && pairs <= std::numeric_limits<index_t>::max() / 2, where, "pairs",
+                        "must be >= 1 and 2*pairs an index_t", pairs);
   detail_::require_base(base, where);
   if (width == 0) width = 2 * pairs;
   detail::require_shape(width >= 2 * pairs, where, "width", detail::lazy_concat("must be >= 2*pairs = ", 2 * pairs), width);
@@ -76,6 +78,7 @@ inline std::vector<double> theta_b(index_t rotated_dim, double length) {
   std::vector<double> theta(static_cast<std::size_t>(rotated_dim / 2));
   for (std::size_t i = 0; i < theta.size(); ++i)
     theta[i] = std::numbers::pi * static_cast<double>(i + 1) / (length * static_cast<double>(rotated_dim));
+  detail::require_frequencies_from(theta, where, "length", length);  // θ up to π/(2L): L > ~1e-289
   return theta;
 }
 
@@ -87,6 +90,7 @@ inline std::vector<double> theta_c(index_t rotated_dim, double length) {
   std::vector<double> theta(static_cast<std::size_t>(rotated_dim / 2));
   for (std::size_t i = 0; i < theta.size(); ++i)
     theta[i] = std::numbers::pi / (2.0 * length * static_cast<double>(i + 1));
+  detail::require_frequencies_from(theta, where, "length", length);  // θ up to π/(2L): L > ~1e-289
   return theta;
 }
 

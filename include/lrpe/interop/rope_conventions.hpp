@@ -55,7 +55,7 @@ cos_sin_cache<T> make_cos_sin_cache(index_t max_positions, std::span<const doubl
   constexpr const char* where = "lrpe::interop::make_cos_sin_cache";
   detail::require_shape(max_positions >= 1, where, "max_positions", "must be >= 1", max_positions);
   detail::require_shape(!theta.empty(), where, "theta.size()", "must be >= 1", theta.size());
-  detail::require_finite(theta, where, "theta");
+  detail::require_frequencies(theta, where, "theta");
   const auto half = static_cast<index_t>(theta.size());
   cos_sin_cache<T> c{row_matrix<T>(max_positions, half), row_matrix<T>(max_positions, half)};
   for (index_t p = 0; p < max_positions; ++p)

@@ -49,7 +49,10 @@ class permutation_power {
   [[nodiscard]] index_t cycle_count() const noexcept { return static_cast<index_t>(cycle_start_.size()) - 1; }
 
   /// π^s(j) for any s ∈ ℤ.
-  [[nodiscard]] index_t power(position_t s, index_t j) const noexcept {
+  /// @throws shape_error unless 0 ≤ j < dim().
+  [[nodiscard]] index_t power(position_t s, index_t j) const {
+    detail::require_shape(j >= 0 && j < dim(), "lrpe::lambda::permutation_power::power", "j",
+                          detail::lazy_concat("must be in [0, dim() = ", dim(), ")"), j);
     const index_t c = cycle_of_[static_cast<std::size_t>(j)];
     const index_t start = cycle_start_[static_cast<std::size_t>(c)];
     const index_t len = cycle_start_[static_cast<std::size_t>(c) + 1] - start;

@@ -4,7 +4,8 @@
  * (T5 buckets and `canonical::toeplitz_bias`), as device copies of the CPU variants.
  *
  * - ALiBi: bias(s, t) = m_h·(t − s) (causal form) or −m_h·|t − s| (symmetric), the product in
- *   double then rounded to float, as `canonical::alibi::bias` followed by the CPU cast to T.
+ *   double then rounded to float, as `canonical::alibi::bias` followed by the CPU's
+ *   `detail::held_logit<float>` (a product past float's range is held at ±FLT_MAX).
  * - Table: bias(s, t) = w_h[clip(t − s, R) + R]. A T5 table is expanded on the host, with
  *   lrpe's own `t5_bucket`, to R = max_distance: every |t − s| ≥ max_distance falls in the last
  *   bucket of its direction, so clipping at R is exact and the device never takes a log.
@@ -16,6 +17,7 @@
 #include <lrpe/canonical/t5_bias.hpp>
 #include <lrpe/canonical/toeplitz_bias.hpp>
 
+#include <cfloat>
 #include <cmath>
 #include <vector>
 
@@ -49,7 +51,12 @@ LRPE_HOST_DEVICE inline float bias_value(const bias_desc& b, int head, position_
   if (b.kind == bias_kind::alibi) {
     const double m = b.slopes[head];
     const double x = wrapped ? static_cast<double>(t) - static_cast<double>(s) : static_cast<double>(delta);
-    return static_cast<float>(b.alibi_symmetric ? -m * fabs(x) : m * x);
+    const double y = b.alibi_symmetric ? -m * fabs(x) : m * x;
+    // held within ±FLT_MAX as the CPU's `alibi::bias` (±DBL_MAX) then `held_logit<float>`: the
+    // slope and offset are finite, so an infinite product is an overflow, held too
+    if (y > FLT_MAX) return FLT_MAX;
+    if (y < -FLT_MAX) return -FLT_MAX;
+    return static_cast<float>(y);
   }
   if (b.kind == bias_kind::table) {
     const position_t r = b.radius;
@@ -142,9 +149,9 @@ class device_bias {
   /// be an infinite logit, and NaN rows).
   template <class V>
   static float to_float_entry(V x, const char* where, const char* arg) {
-    const auto f = static_cast<float>(x);
-    if (!std::isfinite(f)) ::lrpe::detail::fail<domain_error>(where, arg, "must hold values finite in float", x);
-    return f;
+    if (!::lrpe::detail::finite_in<float>(static_cast<double>(x)))
+      ::lrpe::detail::fail<domain_error>(where, arg, "must hold values finite in float", x);
+    return static_cast<float>(x);
   }
 
   void set_table(const std::vector<float>& w, index_t heads, position_t r) {

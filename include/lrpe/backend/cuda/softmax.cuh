@@ -173,9 +173,9 @@ void softmax_launch(const encoder_desc& enc, const device_bias* bias, device_vie
   double scale = 0;
   if (options.scale) scale = *options.scale;
   else scale = p.bias.unit_default_scale ? 1.0 : 1.0 / std::sqrt(static_cast<double>(q.dim));
-  p.scale = static_cast<float>(scale);  // the kernel computes in fp32 for every storage type
-  if (!std::isfinite(p.scale))
+  if (!::lrpe::detail::finite_in<float>(scale))
     ::lrpe::detail::fail<domain_error>(where, "options.scale", "must be finite in float (the kernels' fp32)", scale);
+  p.scale = static_cast<float>(scale);  // the kernel computes in fp32 for every storage type
 
   const auto shared = static_cast<std::size_t>(softmax_shared_bytes(enc.d, enc.feature_dim, v.dim));
   reserve_shared(softmax_kernel<T>, shared, where, "the feature and value widths");

@@ -15,6 +15,7 @@
 
 #include <lrpe/backend/cuda/error.cuh>
 #include <lrpe/core/config.hpp>
+#include <lrpe/detail/validate.hpp>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -112,14 +113,20 @@ device_view<T> rows(T* data, index_t n, index_t d, index_t row_stride = -1) noex
   return device_view<T>(data, 1, 1, n, d, 0, 0, row_stride);
 }
 /// [batch, heads, seq, dim] contiguous memory.
+/// @throws shape_error if batch·heads·seq·dim (of the nonzero extents) is not an index_t.
 template <class T>
-device_view<T> bnsh(T* data, index_t batch, index_t heads, index_t seq, index_t dim) noexcept {
-  return device_view<T>(data, batch, heads, seq, dim, heads * seq * dim, seq * dim, dim);
+device_view<T> bnsh(T* data, index_t batch, index_t heads, index_t seq, index_t dim) {
+  lrpe::detail::require_layout_extents("lrpe::cuda::bnsh", batch, heads, seq, dim);
+  const index_t head = lrpe::detail::wrapping_product(seq, dim);
+  return device_view<T>(data, batch, heads, seq, dim, lrpe::detail::wrapping_product(heads, head), head, dim);
 }
 /// [batch, seq, heads, dim] contiguous memory.
+/// @throws shape_error if batch·seq·heads·dim (of the nonzero extents) is not an index_t.
 template <class T>
-device_view<T> bsnh(T* data, index_t batch, index_t seq, index_t heads, index_t dim) noexcept {
-  return device_view<T>(data, batch, heads, seq, dim, seq * heads * dim, dim, heads * dim);
+device_view<T> bsnh(T* data, index_t batch, index_t seq, index_t heads, index_t dim) {
+  lrpe::detail::require_layout_extents("lrpe::cuda::bsnh", batch, heads, seq, dim);
+  const index_t row = lrpe::detail::wrapping_product(heads, dim);
+  return device_view<T>(data, batch, heads, seq, dim, lrpe::detail::wrapping_product(seq, row), dim, row);
 }
 
 /**
