@@ -15,6 +15,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -32,6 +33,23 @@ using ld = long double;
 template <class T>
 double tolerance() {
   return std::is_same_v<T, float> ? 2e-4 : 1e-11;
+}
+
+/// max |out(s, i) − mean of v(t, i) over t ∈ [t0, t1) = keys(s)|, in long double: the rows whose
+/// softmax weights tie on a range of keys (biases held at ±max) and are 0 elsewhere.
+template <class T, class Keys>
+double tied_rows_error(const rm<T>& out, const rm<T>& v, Keys keys) {
+  double err = 0;
+  for (index_t s = 0; s < out.rows(); ++s) {
+    const auto [t0, t1] = keys(s);
+    for (index_t i = 0; i < out.cols(); ++i) {
+      ld want = 0;
+      for (index_t t = t0; t < t1; ++t) want += v(t, i);
+      want /= static_cast<ld>(t1 - t0);
+      err = std::max(err, static_cast<double>(std::abs(static_cast<ld>(out(s, i)) - want)));
+    }
+  }
+  return err;
 }
 
 /**
@@ -290,18 +308,8 @@ TEST_CASE("a float bias past FLT_MAX is held there: ALiBi with a slope of 1e300 
     rm<float> out(n, d);
     lrpe::softmax_attention(q, k, v, out, steep, lrpe::softmax_options<>{});
     REQUIRE(out.allFinite());
-    double err = 0;
-    for (index_t s = 0; s < n; ++s)
-      for (index_t i = 0; i < d; ++i) {
-        ld want = v(n - 1, i);
-        if (s + 1 < n) {
-          want = 0;
-          for (index_t t = s + 1; t < n; ++t) want += v(t, i);
-          want /= static_cast<ld>(n - 1 - s);
-        }
-        err = std::max(err, static_cast<double>(std::abs(static_cast<ld>(out(s, i)) - want)));
-      }
-    CHECK(err <= 1e-6);
+    using range = std::pair<index_t, index_t>;
+    CHECK(tied_rows_error(out, v, [&](index_t s) { return s + 1 < n ? range{s + 1, n} : range{n - 1, n}; }) <= 1e-6);
   }
 }
 
@@ -318,18 +326,9 @@ TEST_CASE("ALiBi's m*delta past DBL_MAX is held there: finite rows in double, an
     rm<double> out(n, d);
     lrpe::softmax_attention(q, k, v, out, cn::alibi<double>(d, std::vector<double>{1e306}), lrpe::softmax_options<>{});
     REQUIRE(out.allFinite());
-    double err = 0;
-    for (index_t s = 0; s < n; ++s)
-      for (index_t i = 0; i < d; ++i) {
-        ld want = v(n - 1, i);
-        if (s + 180 < n) {
-          want = 0;
-          for (index_t t = s + 180; t < n; ++t) want += v(t, i);
-          want /= static_cast<ld>(n - s - 180);
-        }
-        err = std::max(err, static_cast<double>(std::abs(static_cast<ld>(out(s, i)) - want)));
-      }
-    CHECK(err <= 1e-13);
+    using range = std::pair<index_t, index_t>;
+    CHECK(tied_rows_error(out, v, [&](index_t s) { return s + 180 < n ? range{s + 180, n} : range{n - 1, n}; }) <=
+          1e-13);
   }
   {  // float, slope −1e300 with the causal mask: every earlier key ties at +FLT_MAX, the key at s gets 0
     const index_t n = 40;
@@ -340,18 +339,8 @@ TEST_CASE("ALiBi's m*delta past DBL_MAX is held there: finite rows in double, an
     causal.causal = true;
     lrpe::softmax_attention(q, k, v, out, cn::alibi<float>(d, std::vector<double>{-1e300}), causal);
     REQUIRE(out.allFinite());
-    double err = 0;
-    for (index_t s = 0; s < n; ++s)
-      for (index_t i = 0; i < d; ++i) {
-        ld want = v(0, i);
-        if (s > 0) {
-          want = 0;
-          for (index_t t = 0; t < s; ++t) want += v(t, i);
-          want /= static_cast<ld>(s);
-        }
-        err = std::max(err, static_cast<double>(std::abs(static_cast<ld>(out(s, i)) - want)));
-      }
-    CHECK(err <= 1e-6);
+    using range = std::pair<index_t, index_t>;
+    CHECK(tied_rows_error(out, v, [](index_t s) { return s > 0 ? range{0, s} : range{0, 1}; }) <= 1e-6);
   }
 }
 
