@@ -53,16 +53,21 @@ inline void require_frequencies(std::span<const double> theta, const char* where
   }
 }
 
-/// Frequencies computed from argument `arg` (whose value was `value`): the same bounds as
-/// `require_frequencies`, a `parameter_error` naming `arg` when a computed θ breaks them.
+/// Frequencies computed from argument `arg` (a scalar, or a list with one entry per θ, of which
+/// the offending entry is shown): the same bounds as `require_frequencies`, a `parameter_error`
+/// naming `arg` when a computed θ breaks them.
 template <class V>
 void require_frequencies_from(std::span<const double> theta, const char* where, const char* arg, const V& value) {
   for (std::size_t i = 0; i < theta.size(); ++i) {
     if (!(std::abs(theta[i]) < 0x1p960)) {
+      const auto shown = [&] {
+        if constexpr (requires { value[i]; }) return value[i];
+        else return value;
+      }();
       throw parameter_error(concat(where, ": argument '", arg,
                                    "' must give frequencies with |theta| < 2^960 (s*theta finite at every int64 "
                                    "position s); got ",
-                                   value, ", which gives theta = ", theta[i], " at index ", i));
+                                   shown, ", which gives theta = ", theta[i], " at index ", i));
     }
   }
 }

@@ -213,13 +213,8 @@ inline std::vector<double> longrope(std::span<const double> theta, std::span<con
   detail_::require_positive(original_length, where, "original_length");
   const bool long_list = length > original_length;
   const std::span<const double> ext = long_list ? long_factor : short_factor;
-  for (std::size_t k = 0; k < out.size(); ++k) {
-    out[k] /= ext[k];
-    if (!(std::abs(out[k]) < 0x1p960))
-      throw parameter_error(detail::concat(where, ": argument '", long_list ? "long_factor" : "short_factor",
-                                           "' must give frequencies with |theta| < 2^960; got ", ext[k], " at index ", k,
-                                           ", which gives theta = ", out[k]));
-  }
+  for (std::size_t k = 0; k < out.size(); ++k) out[k] /= ext[k];
+  detail::require_frequencies_from(out, where, long_list ? "long_factor" : "short_factor", ext);
   return out;
 }
 
