@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""PyTorch peers of lrpe's CUDA kernels, for the GPU machine (H100/H200). NOT run yet.
+"""PyTorch peers of lrpe's CUDA kernels, for the GPU machine (H100/H200).
 
 What it does (docs/cuda.md, "GPU checklist"):
   1. rope   : HF LLaMA rotary (transformers' LlamaRotaryEmbedding + apply_rotary_pos_emb,
               split-half = lrpe::rope_neox) on random bf16/fp16/fp32 Q, K at positions with a
-              large offset; writes q, k, positions and torch's outputs as .npy under --out so
-              the C++ side (lrpe::cuda::encode with rope_neox) can be compared, and times the
-              torch rotary (ms, GB/s) beside a device-to-device copy of the same bytes.
+              large offset: times it (ms, GB/s of q and k read + written) and measures its
+              error against the exact rotary (float64 angles) from position 0 and from
+              999000. lrpe's side of that comparison is test_cuda_kernels (cuda::encode against
+              the CPU library in double, positions from 999983).
   2. sdpa   : torch.nn.functional.scaled_dot_product_attention (FlashAttention backend forced
               with torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION)) at
               n in {1024, 4096, 16384}, d in {64, 128}, causal and not, bf16; TFLOP/s with
@@ -50,35 +51,56 @@ def copy_bandwidth(nbytes=1 << 30):
     return 2 * nbytes / (ms * 1e-3) / 1e9  # GB/s, read + write
 
 
-def rope_part(out, results):
+def rope_reference(q, pos, d, base=10000.0):
+    """The exact split-half rotary (lrpe::rope_neox) in float64: angles pos·θ_i formed in double."""
+    inv = 1.0 / (base ** (torch.arange(0, d, 2, device=q.device, dtype=torch.float64) / d))
+    ang = pos.to(torch.float64)[..., None] * inv  # [b, n, d/2]; |error| ~ 1e-10 rad at 1e6
+    cos, sin = torch.cat((ang, ang), -1).cos()[:, None], torch.cat((ang, ang), -1).sin()[:, None]
+    x = q.to(torch.float64)
+    rotated = torch.cat((-x[..., d // 2:], x[..., : d // 2]), -1)
+    return x * cos + rotated * sin
+
+
+def rel_error(got, ref):
+    return (torch.linalg.vector_norm(got.to(torch.float64) - ref) / torch.linalg.vector_norm(ref)).item()
+
+
+def rope_part(results):
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, LlamaRotaryEmbedding
     from transformers import LlamaConfig
 
     rows = []
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         b, h, n, d = 4, 32, 4096, 128
-        cfg = LlamaConfig(hidden_size=h * d, num_attention_heads=h, max_position_embeddings=1 << 20, rope_theta=10000.0)
+        # the default rope_theta (10000) of every transformers version: no version-specific keyword
+        cfg = LlamaConfig(hidden_size=h * d, num_attention_heads=h, max_position_embeddings=1 << 20)
         rot = LlamaRotaryEmbedding(config=cfg, device="cuda")
         g = torch.Generator(device="cuda").manual_seed(1234)
         q = torch.randn(b, h, n, d, device="cuda", dtype=dtype, generator=g)
         k = torch.randn(b, h, n, d, device="cuda", dtype=dtype, generator=g)
+        row = {"dtype": str(dtype).replace("torch.", ""), "b": b, "h": h, "n": n, "d": d}
+        # HF's own accuracy against the exact rotary (float64 angles), near 0 and from 999000:
+        # its float32 pos·inv_freq loses ~|pos|·2^-24 rad at large positions (REFERENCE.md)
+        for start in (0, 999_000):
+            pos = (torch.arange(n, device="cuda") + start).unsqueeze(0).expand(b, n)
+            cos, sin = rot(q, pos)
+            qo, _ = apply_rotary_pos_emb(q, k, cos, sin)
+            row[f"err_vs_exact_from_{start}"] = rel_error(qo, rope_reference(q, pos, d))
         pos = (torch.arange(n, device="cuda") + 999_000).unsqueeze(0).expand(b, n)
+
         def run():
             cos, sin = rot(q, pos)
             return apply_rotary_pos_emb(q, k, cos, sin)
-        qo, ko = run()
-        ms = timed(run)
+
+        row["ms"] = timed(run)
         moved = 2 * 2 * q.numel() * q.element_size()  # q and k, read + write
-        name = str(dtype).replace("torch.", "")
-        if out:
-            import numpy as np
-            np.save(os.path.join(out, f"rope_q_{name}.npy"), q.float().cpu().numpy())
-            np.save(os.path.join(out, f"rope_qo_{name}.npy"), qo.float().cpu().numpy())
-        rows.append({"dtype": name, "b": b, "h": h, "n": n, "d": d, "ms": ms, "GB/s": moved / (ms * 1e-3) / 1e9})
+        row["GB/s"] = moved / (row["ms"] * 1e-3) / 1e9
+        rows.append(row)
     results["rope"] = rows
-    print("HF LLaMA rotary (q and k, positions from 999000)")
+    print("HF LLaMA rotary (q and k; timed at positions from 999000; error of q against exact float64 angles)")
     for r in rows:
-        print(f"  {r['dtype']:9s} b{r['b']} h{r['h']} n{r['n']} d{r['d']}: {r['ms']:.3f} ms  {r['GB/s']:.0f} GB/s")
+        print(f"  {r['dtype']:9s} b{r['b']} h{r['h']} n{r['n']} d{r['d']}: {r['ms']:.3f} ms  {r['GB/s']:.0f} GB/s"
+              f"  rel. error from 0: {r['err_vs_exact_from_0']:.2e}, from 999000: {r['err_vs_exact_from_999000']:.2e}")
 
 
 def sdpa_part(results):
@@ -123,7 +145,11 @@ def main():
         results["copy_GBps"] = copy_bandwidth()
         print(f"device-to-device copy: {results['copy_GBps']:.0f} GB/s (read + write)")
     if "rope" in parts:
-        rope_part(args.out, results)
+        try:
+            rope_part(results)
+        except Exception as e:  # an API change in transformers must not cost the SDPA numbers
+            results["rope_error"] = repr(e)
+            print(f"rope part FAILED: {e!r}")
     if "sdpa" in parts:
         sdpa_part(results)
     if args.out:
