@@ -42,16 +42,20 @@ inline constexpr double max_decay_carry_offset = 0x1p-16;
  * within one rounding of 1. Without it, a float decode multiplies S by fl(λ) every token, and
  * after Δ tokens a key's weight is fl(λ)^Δ: a systematic relative error of about Δ·u. In double
  * and wider the rounding is that of λ^Δ itself, and nothing is carried. A factor that is 1
- * (Δ = 0) is applied as 1; one below T's normal range restarts the carry at 1.
+ * (Δ = 0) is applied as 1; one below T's normal range restarts the carry at 1. Host and device:
+ * the CUDA causal kernel carries its per-chunk rescale the same way.
  */
 template <class T>
-[[nodiscard]] T carried_decay(double exact, double& carry) noexcept {
+inline constexpr T smallest_normal_v = std::numeric_limits<T>::min();  // a value device code may read
+
+template <class T>
+[[nodiscard]] LRPE_HOST_DEVICE T carried_decay(double exact, double& carry) noexcept {
   if constexpr (sizeof(T) >= sizeof(double)) {
     return static_cast<T>(exact);
   } else {
     if (exact == 1.0) return T(1);
     const T f = static_cast<T>(exact / carry);
-    carry = f >= std::numeric_limits<T>::min() ? carry * static_cast<double>(f) / exact : 1.0;
+    carry = f >= smallest_normal_v<T> ? carry * static_cast<double>(f) / exact : 1.0;
     return f;
   }
 }

@@ -23,6 +23,7 @@
 
 #include <lrpe/attention/feature_map.hpp>
 #include <lrpe/attention/options.hpp>
+#include <lrpe/attention/state.hpp>
 #include <lrpe/backend/cuda/common.cuh>
 
 #include <cmath>
@@ -176,6 +177,7 @@ __global__ void __launch_bounds__(linear_threads)
   }
 
   bool has_state = false;
+  double carry = 1.0;   // the rounding of the state's rescales, carried (lrpe::detail::carried_decay)
   position_t last = 0;  // position of the last folded key
   index_t folded = 0;   // keys [0, folded) are in the state
   for (index_t i0 = 0; i0 < nq; i0 += C) {
@@ -190,7 +192,9 @@ __global__ void __launch_bounds__(linear_threads)
       load_value_tile(v, b, h, j0, rows, C, c0, DC, vs);
       __syncthreads();
       const position_t p_new = kpos[rows - 1];
-      const float rescale = has_state ? decay_factor(p_new - last) : 1.0f;
+      // S ← λ^{p′−p} S with the earlier rescales' rounding carried (no drift of fl(λ^Δ)^chunks)
+      const double exact = lambda == 1.0 ? 1.0 : pow(lambda, static_cast<double>(p_new - last));
+      const float rescale = has_state ? ::lrpe::detail::carried_decay<float>(exact, carry) : 1.0f;
       for (int j = tid; j < C; j += nt) wk[j] = j < rows ? decay_factor(p_new - kpos[j]) : 0.0f;
       __syncthreads();
       for (int e = tid; e < f * DC; e += nt) {

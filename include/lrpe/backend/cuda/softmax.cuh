@@ -127,6 +127,14 @@ __global__ void __launch_bounds__(softmax_threads)
     for (int i = warp; i < rows_q; i += W) {  // online softmax, one warp per query row, one lane per key
       float* srow = S + i * (Bc + 1);
       const float sv = srow[lane];
+      if (__any_sync(0xffffffffu, sv != sv)) {
+        // a NaN logit makes the row NaN (the CPU contract), also when every logit of the tile is
+        // NaN, which fmaxf would drop (the row then looked fully masked). A NaN O and l stay NaN
+        // through every later rescale (0·NaN too) and through the final O·(1/l or 0).
+        for (int c = lane; c < dv; c += 32) O[i * dv + c] = __int_as_float(0x7fc00000);
+        if (lane == 0) l[i] = __int_as_float(0x7fc00000);
+        continue;
+      }
       const float m_old = m[i];
       const float m_new = fmaxf(m_old, warp_max(sv));
       if (m_new == neg_inf) continue;  // nothing visible to this row yet (uniform in the warp)
