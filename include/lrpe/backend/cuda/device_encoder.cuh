@@ -11,7 +11,7 @@
  * | `p::identity` | identity |
  * | `p::householder` | householder (unit v) |
  * | `p::permutation`, `p::odd_even` | gather (π) |
- * | `p::dft` | dft (d twiddles e^{−2πi m/d}/√d, exact index (k·n) mod d) |
+ * | `p::dft` | d a power of two: fft (d/2 twiddles e^{−2πi m/d}, radix 2, then 1/√d); else dft (d twiddles e^{−2πi m/d}/√d, exact index (k·n) mod d) |
  * | `p::dct`, `p::dense`, any other P | dense d×d from `p.matrix()` (real or complex) |
  * | `lambda::identity` | identity |
  * | `lambda::rotation` | rotation (θ, pairing) |
@@ -98,14 +98,19 @@ class device_encoder {
       p_index_ = device_buffer<int>(std::vector<int>(pi.begin(), pi.end()));
       desc_.p_index = p_index_.data();
     } else if constexpr (std::is_same_v<P, p::dft<T>>) {
-      // w_m = e^{−2πi m/d}/√d, m < d, in double then rounded (as p::dft's dense table)
-      desc_.p = p_kind::dft;
-      std::vector<float> re(static_cast<std::size_t>(d)), im(static_cast<std::size_t>(d));
+      // d a power of two ≥ 2: an FFT with w_m = e^{−2πi m/d}, m < d/2, and the scale 1/√d applied
+      // once; else the direct sum over w_m = e^{−2πi m/d}/√d, m < d (as p::dft's dense table);
+      // both in double, then rounded
+      const bool fft = d >= 2 && (d & (d - 1)) == 0;
+      desc_.p = fft ? p_kind::fft : p_kind::dft;
       const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-      for (index_t m = 0; m < d; ++m) {
+      if (fft) desc_.p_scale = static_cast<float>(scale);
+      const index_t count = fft ? d / 2 : d;
+      std::vector<float> re(static_cast<std::size_t>(count)), im(static_cast<std::size_t>(count));
+      for (index_t m = 0; m < count; ++m) {
         const double a = -2.0 * std::numbers::pi * static_cast<double>(m) / static_cast<double>(d);
-        re[static_cast<std::size_t>(m)] = static_cast<float>(scale * std::cos(a));
-        im[static_cast<std::size_t>(m)] = static_cast<float>(scale * std::sin(a));
+        re[static_cast<std::size_t>(m)] = static_cast<float>((fft ? 1.0 : scale) * std::cos(a));
+        im[static_cast<std::size_t>(m)] = static_cast<float>((fft ? 1.0 : scale) * std::sin(a));
       }
       p_real_ = device_buffer<float>(re);
       p_imag_ = device_buffer<float>(im);

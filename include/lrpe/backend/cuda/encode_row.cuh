@@ -27,7 +27,9 @@ enum class p_kind : int {
   gather,       ///< y[j] = x[π(j)] (permutation, odd-even); π in p_index (d)
   dense_real,   ///< y = M x, M row-major d×d in p_real (DCT, user real P)
   dft,          ///< y_k = Σ_n w[(k·n) mod d] x_n, w_m = e^{−2πi m/d}/√d in p_real/p_imag (d)
-  dense_complex ///< y = M x, M row-major d×d, Re in p_real, Im in p_imag (user complex P)
+  dense_complex, ///< y = M x, M row-major d×d, Re in p_real, Im in p_imag (user complex P)
+  fft           ///< the unitary DFT for d a power of two ≥ 2: radix-2 FFT with w_m = e^{−2πi m/d}
+                ///< (m < d/2) in p_real/p_imag, then × p_scale = 1/√d
 };
 
 /// How Λ⁽ˢ⁾ acts on the device.
@@ -59,6 +61,7 @@ struct encoder_desc {
   lambda_kind lambda = lambda_kind::identity;
   int half = 0;             ///< rotation: number of pairs (e/2); complex phase: number of phases
   bool split_half = false;  ///< rotation pairing (k, k + half) instead of (2k, 2k+1)
+  float p_scale = 1.0f;     ///< fft: 1/√d
   const double* theta = nullptr;
   const int* cycle_start = nullptr;  ///< permutation powers: per feature, start of its cycle in cycle_elems
   const int* cycle_len = nullptr;    ///< per feature, its cycle length
@@ -124,21 +127,16 @@ __host__ __device__ __forceinline__ void sin_cos(F x, F& s, F& c) {
  * Host and device: the tests check it on the host against the CPU path, without a GPU.
  */
 __host__ __device__ __forceinline__ void angle_cos_sin(position_t s, double theta, angle_mode mode, float& c, float& sn) {
+  // the parts in scalars, not arrays indexed by a run-time count (those went to local memory)
   constexpr position_t limit = position_t{1} << 53;
   const bool one_part = s >= -limit && s <= limit;
   const position_t m_lo = one_part ? 0 : (s & position_t{2047});
-  const double m[2] = {static_cast<double>(s - m_lo), static_cast<double>(m_lo)};
-  const int parts = one_part ? 1 : 2;
-  double a[2] = {0, 0}, e[2] = {0, 0};
-  bool in_range = true;
-  for (int p = 0; p < parts; ++p) {
-    a[p] = m[p] * theta;
-    e[p] = fma(m[p], theta, -a[p]);
-    in_range = in_range && fabs(a[p]) < 0x1p64;
-  }
-  if (mode == angle_mode::reduced_float && in_range) {
-    double r = 0;
-    for (int p = 0; p < parts; ++p) r += reduce_two_pi(a[p]) + reduce_two_pi(e[p]);
+  const double m0 = static_cast<double>(s - m_lo), m1 = static_cast<double>(m_lo);
+  const double a0 = m0 * theta, e0 = fma(m0, theta, -a0);
+  const double a1 = one_part ? 0.0 : m1 * theta, e1 = one_part ? 0.0 : fma(m1, theta, -a1);
+  if (mode == angle_mode::reduced_float && fabs(a0) < 0x1p64 && fabs(a1) < 0x1p64) {
+    double r = reduce_two_pi(a0) + reduce_two_pi(e0);
+    if (!one_part) r += reduce_two_pi(a1) + reduce_two_pi(e1);
     r = reduce_two_pi(r);
     const float rf = static_cast<float>(r);
     const float dr = static_cast<float>(r - static_cast<double>(rf));  // |dr| ≤ ulp(π)/2
@@ -154,17 +152,19 @@ __host__ __device__ __forceinline__ void angle_cos_sin(position_t s, double thet
     sr = sr * cx + cr * sx;
     cr = c2;
   };
-  for (int p = 0; p < parts; ++p) {
+  const auto rotate_part = [&](double a, double e) {  // by a, then by the small e
     double sa = 0, ca = 0;
-    sin_cos(a[p], sa, ca);
+    sin_cos(a, sa, ca);
     rotate(ca, sa);
-    if (fabs(e[p]) < 0x1p-20) {
-      rotate(1.0 - 0.5 * e[p] * e[p], e[p] - e[p] * e[p] * e[p] * (1.0 / 6.0));
+    if (fabs(e) < 0x1p-20) {
+      rotate(1.0 - 0.5 * e * e, e - e * e * e * (1.0 / 6.0));
     } else {
-      sin_cos(e[p], sa, ca);
+      sin_cos(e, sa, ca);
       rotate(ca, sa);
     }
-  }
+  };
+  rotate_part(a0, e0);
+  if (!one_part) rotate_part(a1, e1);
   c = static_cast<float>(cr);
   sn = static_cast<float>(sr);
 }
@@ -173,6 +173,30 @@ __host__ __device__ __forceinline__ void angle_cos_sin(position_t s, double thet
 __device__ __forceinline__ int reduce_mod(position_t s, int len) {
   const auto r = static_cast<int>(s % static_cast<position_t>(len));
   return r < 0 ? r + len : r;
+}
+
+/// Number of angles s·θ_k a row's Λ⁽ˢ⁾ uses: the rotation's pairs or the complex phases; 0 for
+/// the identity and permutation powers.
+LRPE_HOST_DEVICE constexpr int angle_count(const encoder_desc& e) noexcept {
+  return e.lambda == lambda_kind::rotation || e.lambda == lambda_kind::complex_phase ? e.half : 0;
+}
+
+/// cos and sin of s·θ_k for k < angle_count(e) into `cs[k]` (.x = cos, .y = sin), by threads
+/// `first`, `first + step`, … (a block or a warp); the caller synchronises before it is read.
+__device__ __forceinline__ void fill_angle_table(const encoder_desc& e, position_t s, float2* cs, int first, int step) {
+  for (int k = first; k < angle_count(e); k += step) angle_cos_sin(s, e.theta[k], e.angles, cs[k].x, cs[k].y);
+}
+
+/// cos and sin of s·θ_k: from the table when there is one, else computed here.
+__device__ __forceinline__ void angle_at(const encoder_desc& e, position_t s, int k, const float2* cs, float& c,
+                                         float& sn) {
+  if (cs != nullptr) {
+    const float2 t = cs[k];
+    c = t.x;
+    sn = t.y;
+  } else {
+    angle_cos_sin(s, e.theta[k], e.angles, c, sn);
+  }
 }
 
 /// Sum over the 32 lanes of a warp (every lane gets the sum).
@@ -191,22 +215,37 @@ __device__ __forceinline__ float warp_sum(float x) {
  * @param yr    warp-private shared scratch of d floats (Re of P x).
  * @param yi    warp-private shared scratch of d floats (Im of P x; unused for real encoders).
  * @param store `store(i, value)` for each of the feature_dim features, each exactly once.
+ * @param cs    nullptr, or cos and sin of s·θ_k already computed for this s (`cs[k]`, k <
+ *              `angle_count(e)`, as `fill_angle_table` writes them): rows at one position
+ *              (all heads of a sequence row) then share one table instead of each forming the
+ *              angles again.
  *
  * Every input is read into `xs` before the first `store`, so `store` may overwrite the
  * input row (in-place encoding) when the row belongs to this warp alone.
  */
 template <class Load, class Store>
-__device__ void encode_row_warp(const encoder_desc& e, position_t s, Load load, float* xs, float* yr, float* yi,
-                                Store store) {
+__device__ __forceinline__ void encode_row_warp(const encoder_desc& e, position_t s, Load load, float* xs, float* yr, float* yi,
+                                Store store, const float2* cs = nullptr) {
   const int lane = static_cast<int>(threadIdx.x & 31u);
   const int d = e.d;
-  for (int j = lane; j < d; j += 32) xs[j] = load(j);
+  for (int base = 0; base < d; base += 4 * 32) {  // four loads in flight per lane, then to shared
+    float in[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int j = base + u * 32 + lane;
+      in[u] = j < d ? load(j) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int j = base + u * 32 + lane;
+      if (j < d) xs[j] = in[u];
+    }
+  }
   __syncwarp();
 
   // ---- y = P x
   switch (e.p) {
-    case p_kind::identity:
-      for (int j = lane; j < d; j += 32) yr[j] = xs[j];
+    case p_kind::identity:  // Λ reads xs itself
       break;
     case p_kind::householder: {
       float part = 0.0f;
@@ -240,6 +279,36 @@ __device__ void encode_row_warp(const encoder_desc& e, position_t s, Load load, 
         yi[k] = im;
       }
       break;
+    case p_kind::fft: {
+      // iterative radix-2 decimation in time: inputs in bit-reversed order, then log2(d)
+      // stages of butterflies (each pair (i, i + half) owned by one lane within a stage)
+      const int bits = 31 - __clz(d);
+      for (int j = lane; j < d; j += 32) {
+        const int r = static_cast<int>(__brev(static_cast<unsigned>(j)) >> (32 - bits));
+        yr[r] = xs[j];
+        yi[r] = 0.0f;
+      }
+      __syncwarp();
+      for (int len = 2; len <= d; len <<= 1) {
+        const int half = len >> 1, stride = d / len;  // w for this stage: e^{−2πi p/len} = w_{p·stride}
+        for (int t = lane; t < d / 2; t += 32) {
+          const int p = t % half, i = (t / half) * len + p, j = i + half;
+          const float wr = e.p_real[p * stride], wi = e.p_imag[p * stride];
+          const float tr = wr * yr[j] - wi * yi[j], ti = wr * yi[j] + wi * yr[j];
+          const float ar = yr[i], ai = yi[i];
+          yr[i] = ar + tr;
+          yi[i] = ai + ti;
+          yr[j] = ar - tr;
+          yi[j] = ai - ti;
+        }
+        __syncwarp();
+      }
+      for (int j = lane; j < d; j += 32) {
+        yr[j] *= e.p_scale;
+        yi[j] *= e.p_scale;
+      }
+      break;
+    }
     case p_kind::dense_complex:
       for (int k = lane; k < d; k += 32) {
         const float* mr = e.p_real + static_cast<index_t>(k) * d;
@@ -254,18 +323,19 @@ __device__ void encode_row_warp(const encoder_desc& e, position_t s, Load load, 
       }
       break;
   }
-  const bool p_complex = e.p == p_kind::dft || e.p == p_kind::dense_complex;
+  const bool p_complex = e.p == p_kind::dft || e.p == p_kind::fft || e.p == p_kind::dense_complex;
   if (e.is_complex && !p_complex) {
     for (int j = lane; j < d; j += 32) yi[j] = 0.0f;  // real P, complex Λ: lift to complex
   }
   __syncwarp();
 
   // ---- out = Λ⁽ˢ⁾ y (real view [Re, Im] when complex)
+  const float* pr = e.p == p_kind::identity ? xs : yr;  // Re(P x)
   const bool cplx = e.is_complex;
   switch (e.lambda) {
     case lambda_kind::identity:
       for (int j = lane; j < d; j += 32) {
-        store(j, yr[j]);
+        store(j, pr[j]);
         if (cplx) store(d + j, yi[j]);
       }
       break;
@@ -273,18 +343,18 @@ __device__ void encode_row_warp(const encoder_desc& e, position_t s, Load load, 
       const int half = e.half;
       for (int k = lane; k < half; k += 32) {
         float c = 0, sn = 0;
-        angle_cos_sin(s, e.theta[k], e.angles, c, sn);
+        angle_at(e, s, k, cs, c, sn);
         const int i = e.split_half ? k : 2 * k;
         const int j = e.split_half ? k + half : 2 * k + 1;
-        store(i, yr[i] * c - yr[j] * sn);
-        store(j, yr[j] * c + yr[i] * sn);
+        store(i, pr[i] * c - pr[j] * sn);
+        store(j, pr[j] * c + pr[i] * sn);
         if (cplx) {
           store(d + i, yi[i] * c - yi[j] * sn);
           store(d + j, yi[j] * c + yi[i] * sn);
         }
       }
       for (int j = 2 * half + lane; j < d; j += 32) {
-        store(j, yr[j]);
+        store(j, pr[j]);
         if (cplx) store(d + j, yi[j]);
       }
       break;
@@ -295,7 +365,7 @@ __device__ void encode_row_warp(const encoder_desc& e, position_t s, Load load, 
         int p = e.cycle_place[j] + reduce_mod(s, len);
         if (p >= len) p -= len;
         const int src = e.cycle_elems[e.cycle_start[j] + p];
-        store(j, yr[src]);
+        store(j, pr[src]);
         if (cplx) store(d + j, yi[src]);
       }
       break;
@@ -303,11 +373,11 @@ __device__ void encode_row_warp(const encoder_desc& e, position_t s, Load load, 
       for (int j = lane; j < d; j += 32) {
         if (j < e.half) {
           float c = 0, sn = 0;
-          angle_cos_sin(s, e.theta[j], e.angles, c, sn);
-          store(j, yr[j] * c - yi[j] * sn);
-          store(d + j, yr[j] * sn + yi[j] * c);
+          angle_at(e, s, j, cs, c, sn);
+          store(j, pr[j] * c - yi[j] * sn);
+          store(d + j, pr[j] * sn + yi[j] * c);
         } else {
-          store(j, yr[j]);
+          store(j, pr[j]);
           store(d + j, yi[j]);
         }
       }

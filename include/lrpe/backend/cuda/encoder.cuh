@@ -1,7 +1,9 @@
 /**
  * @file encoder.cuh
- * The fused encoder kernel: Q and K (any preset, any `device_encoder`) encoded in one launch,
- * one warp per row, positions by offset or device array, in place or out of place.
+ * The fused encoder kernels: Q and K (any preset, any `device_encoder`) encoded in one launch,
+ * one warp per row, positions by offset or device array, in place or out of place. Encoders
+ * with angles and several rows per position (heads) form each position's cos/sin once per
+ * block and share them (`encode_qk_shared_angles_kernel`).
  *
  * q_out row (b, h, s) = features of M_{qp[s]} q row (b, h, s), and likewise for K with kp,
  * exactly the CPU `encoder::encode_features` (real view [Re, Im] for complex encoders), computed
@@ -20,6 +22,20 @@ namespace detail {
 
 inline constexpr int encode_threads = 256;  // 8 warps, one row each at a time
 
+/// q = n / m and r = n − q·m for 0 ≤ n and 1 ≤ m, in 32-bit arithmetic when both fit (a 64-bit
+/// division is a long subroutine on the GPU, and the kernels split an index for every row).
+__device__ __forceinline__ void divide(index_t n, index_t m, index_t& q, index_t& r) {
+  if (n <= 0xffffffff && m <= 0xffffffff) {
+    const auto nu = static_cast<unsigned>(n), mu = static_cast<unsigned>(m);
+    const unsigned qu = nu / mu;
+    q = qu;
+    r = nu - qu * mu;
+  } else {
+    q = n / m;
+    r = n - q * m;
+  }
+}
+
 /// Rows [0, nq) are Q rows, [nq, nq + nk) are K rows; a grid-stride loop of warps over them.
 template <class T>
 __global__ void __launch_bounds__(encode_threads)
@@ -35,18 +51,59 @@ __global__ void __launch_bounds__(encode_threads)
   for (index_t r = static_cast<index_t>(blockIdx.x) * warps + warp; r < total;
        r += static_cast<index_t>(gridDim.x) * warps) {
     const bool is_q = r < nq;
-    const device_view<const T>& in = is_q ? q : k;
-    const device_view<T>& out = is_q ? qo : ko;
+    // by value: a reference chosen at run time between two kernel parameters puts both in local memory
+    const device_view<const T> in = is_q ? q : k;
+    const device_view<T> out = is_q ? qo : ko;
     const index_t row = is_q ? r : r - nq;
-    const index_t s = row % in.seq;
-    const index_t h = (row / in.seq) % in.heads;
-    const index_t b = row / (in.seq * in.heads);
+    index_t s = 0, h = 0, b = 0, bh = 0;
+    divide(row, in.seq, bh, s);
+    divide(bh, in.heads, b, h);
     const T* x = in.row(b, h, s);
     T* o = out.row(b, h, s);
     const position_t pos = is_q ? qp[s] : kp[s];
     encode_row_warp(
         e, pos, [x](int j) { return to_float(x[j]); }, xs, yr, yi,
         [o](int i, float v) { o[i] = from_float<T>(v); });
+  }
+}
+
+/**
+ * The same encoding with the angles shared: a block takes one sequence row (a position) at a
+ * time, Q's seq rows first, then K's; its threads form cos/sin of s·θ_k once into shared memory
+ * and its warps encode the batch·heads rows at that position from the table. For encoders with
+ * angles (rotations, complex phases) and several rows per position, where forming the exact
+ * angle (double reduction, sincosf) costs more than moving the row.
+ */
+template <class T>
+__global__ void __launch_bounds__(encode_threads, 4)  // 64 registers: 32 warps per multiprocessor
+    encode_qk_shared_angles_kernel(encoder_desc e, device_view<const T> q, device_positions qp, device_view<T> qo,
+                                   device_view<const T> k, device_positions kp, device_view<T> ko) {
+  extern __shared__ float2 table[];  // angle_count(e) pairs, then each warp's scratch
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  const int warps = static_cast<int>(blockDim.x >> 5);
+  float* xs = reinterpret_cast<float*>(table + angle_count(e)) + static_cast<index_t>(warp) * encode_scratch_floats(e.d);
+  float* yr = xs + e.d;
+  float* yi = yr + e.d;
+  const index_t slots = q.seq + k.seq;
+  for (index_t r = blockIdx.x; r < slots; r += gridDim.x) {  // the same trip count in every thread
+    const bool is_q = r < q.seq;
+    // by value: a reference chosen at run time between two kernel parameters puts both in local memory
+    const device_view<const T> in = is_q ? q : k;
+    const device_view<T> out = is_q ? qo : ko;
+    const index_t s = is_q ? r : r - q.seq;
+    const position_t pos = is_q ? qp[s] : kp[s];
+    fill_angle_table(e, pos, table, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
+    __syncthreads();
+    for (index_t g = warp; g < in.batch * in.heads; g += warps) {
+      index_t b = 0, h = 0;
+      divide(g, in.heads, b, h);
+      const T* x = in.row(b, h, s);
+      T* o = out.row(b, h, s);
+      encode_row_warp(
+          e, pos, [x](int j) { return to_float(x[j]); }, xs, yr, yi, [o](int i, float v) { o[i] = from_float<T>(v); },
+          table);
+    }
+    __syncthreads();  // the table is rewritten for the next position
   }
 }
 
@@ -96,13 +153,30 @@ void encode_launch(const encoder_desc& desc, device_view<const T> q, device_posi
   if (!kp.is_array() && k.rows() > 0) ::lrpe::positions(kp.offset).require_rows(k.seq, where, n.kp);
   const index_t total = q.rows() + k.rows();
   if (total == 0) return;
-  // warps per block so that 3·d floats of scratch per warp stay within 48 KiB
+  constexpr index_t shared_limit = 48 * 1024;  // no opt-in needed below it
   const index_t per_warp = encode_scratch_floats(desc.d) * static_cast<index_t>(sizeof(float));
-  const int warps = static_cast<int>(std::clamp<index_t>((48 * 1024) / per_warp, 1, encode_threads / 32));
-  const auto shared = static_cast<std::size_t>(warps * per_warp);
   int dev = 0, sms = 0;
   LRPE_CUDA_CHECK(cudaGetDevice(&dev));
   LRPE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+
+  // rows per position (every head of a sequence row): the angles are shared when there are
+  // several and the table fits beside one warp's scratch
+  const index_t per_position = std::max(q.seq > 0 ? q.batch * q.heads : 0, k.seq > 0 ? k.batch * k.heads : 0);
+  const index_t table_bytes = angle_count(desc) * static_cast<index_t>(sizeof(float2));
+  if (angle_count(desc) > 0 && per_position >= 2 && table_bytes + per_warp <= shared_limit) {
+    const int warps = static_cast<int>(
+        std::clamp<index_t>(std::min((shared_limit - table_bytes) / per_warp, per_position), 1, encode_threads / 32));
+    const auto shared = static_cast<std::size_t>(table_bytes + warps * per_warp);
+    const auto blocks = static_cast<unsigned>(std::min<index_t>(q.seq + k.seq, static_cast<index_t>(sms) * 16));
+    LRPE_CUDA_CHECK_PENDING("lrpe::cuda::detail::encode_qk_shared_angles_kernel");
+    encode_qk_shared_angles_kernel<T><<<blocks, static_cast<unsigned>(warps * 32), shared, stream>>>(
+        desc, q, qp, q_out, k, kp, k_out);
+    LRPE_CUDA_CHECK_LAUNCH("lrpe::cuda::detail::encode_qk_shared_angles_kernel");
+    return;
+  }
+  // one warp per row: warps per block so that 3·d floats of scratch per warp stay within 48 KiB
+  const int warps = static_cast<int>(std::clamp<index_t>(shared_limit / per_warp, 1, encode_threads / 32));
+  const auto shared = static_cast<std::size_t>(warps * per_warp);
   const index_t wanted = (total + warps - 1) / warps;
   const auto blocks = static_cast<unsigned>(std::min<index_t>(wanted, static_cast<index_t>(sms) * 32));
   LRPE_CUDA_CHECK_PENDING("lrpe::cuda::detail::encode_qk_kernel");
