@@ -172,7 +172,8 @@ void cuda_copy(benchmark::State& state) {
 // ----------------------------------------------------------------------------- encoders
 
 /// Q and K of 2^20 rows each (batch 1, 32 heads, 32768 positions, BSNH), d = 128, one fused
-/// launch; in place for real encoders, into separate outputs for type8 (2d features).
+/// launch; in place for real encoders, into separate outputs for type8 (2d features). Presets
+/// 0–4: rope_neox, type1, type4, type8, rope_gptj.
 template <class T>
 void cuda_encode(benchmark::State& state) {
   if (skip_without_device(state)) return;
@@ -183,7 +184,8 @@ void cuda_encode(benchmark::State& state) {
     case 0: enc.emplace(lrpe::rope_neox<float>(d)); state.SetLabel("rope_neox"); break;
     case 1: enc.emplace(lrpe::type1<float>(d)); state.SetLabel("type1"); break;
     case 2: enc.emplace(lrpe::type4<float>(d)); state.SetLabel("type4"); break;
-    default: enc.emplace(lrpe::type8<float>(d)); state.SetLabel("type8"); break;
+    case 3: enc.emplace(lrpe::type8<float>(d)); state.SetLabel("type8"); break;
+    default: enc.emplace(lrpe::rope_gptj<float>(d)); state.SetLabel("rope_gptj"); break;
   }
   const index_t f = enc->desc().feature_dim;
   const auto rows = static_cast<std::size_t>(heads * seq);
@@ -258,9 +260,9 @@ void cuda_linear_causal(benchmark::State& state) {
 // The copy anchor first (registration order is run order): the encoders' frac_copy uses it.
 BENCHMARK(cuda_copy)->UseManualTime()->Iterations(timed_iterations)->Unit(benchmark::kMillisecond);
 
-BENCHMARK_TEMPLATE(cuda_encode, float)->ArgName("preset")->DenseRange(0, 3)->UseManualTime()->Iterations(timed_iterations)->Unit(benchmark::kMillisecond);
-BENCHMARK_TEMPLATE(cuda_encode, __nv_bfloat16)->ArgName("preset")->DenseRange(0, 3)->UseManualTime()->Iterations(timed_iterations)->Unit(benchmark::kMillisecond);
-BENCHMARK_TEMPLATE(cuda_encode, __half)->ArgName("preset")->DenseRange(0, 3)->UseManualTime()->Iterations(timed_iterations)->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(cuda_encode, float)->ArgName("preset")->DenseRange(0, 4)->UseManualTime()->Iterations(timed_iterations)->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(cuda_encode, __nv_bfloat16)->ArgName("preset")->DenseRange(0, 4)->UseManualTime()->Iterations(timed_iterations)->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(cuda_encode, __half)->ArgName("preset")->DenseRange(0, 4)->UseManualTime()->Iterations(timed_iterations)->Unit(benchmark::kMillisecond);
 
 BENCHMARK_TEMPLATE(cuda_softmax, __nv_bfloat16)
     ->ArgNames({"d", "n", "causal"})

@@ -14,6 +14,8 @@
 #include <lrpe/backend/cuda/device_encoder.cuh>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 
 namespace lrpe {
 inline namespace v0 {
@@ -107,6 +109,118 @@ __global__ void __launch_bounds__(encode_threads, 4)  // 64 registers: 32 warps 
   }
 }
 
+/// Elements of T in one 16-byte vector (4 fp32, 8 fp16 / bf16).
+template <class T>
+inline constexpr int vector_width = static_cast<int>(16 / sizeof(T));
+
+/// Loads 16 aligned bytes at p as `vector_width<T>` floats.
+template <class T>
+__device__ __forceinline__ void load_vector(const T* p, float (&f)[vector_width<T>]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  T e[vector_width<T>];
+  memcpy(e, &raw, sizeof raw);
+#pragma unroll
+  for (int i = 0; i < vector_width<T>; ++i) f[i] = to_float(e[i]);
+}
+
+/// Rounds `vector_width<T>` floats to T and stores them as 16 aligned bytes at p.
+template <class T>
+__device__ __forceinline__ void store_vector(T* p, const float (&f)[vector_width<T>]) {
+  T e[vector_width<T>];
+#pragma unroll
+  for (int i = 0; i < vector_width<T>; ++i) e[i] = from_float<T>(f[i]);
+  uint4 raw;
+  memcpy(&raw, e, sizeof raw);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+
+/**
+ * RoPE-like encoders (identity P, rotation Λ: rope_neox, rope_gptj, any θ and partial rotary)
+ * with 16-byte vectors and no shared row: a block takes one sequence row at a time and forms its
+ * cos/sin table once (as `encode_qk_shared_angles_kernel`); each thread then takes a unit of one
+ * row, V = vector_width<T> pairs (split-half: V elements at k and at k + half) or V/2 pairs
+ * (interleaved: V consecutive elements), or V unrotated tail elements, loads them as vectors,
+ * rotates them in registers and stores them. The launcher takes it only when every row start is
+ * 16-byte aligned and the pairs and the tail split into whole vectors.
+ */
+template <class T>
+__global__ void __launch_bounds__(encode_threads)
+    encode_rotation_vector_kernel(encoder_desc e, device_view<const T> q, device_positions qp, device_view<T> qo,
+                                  device_view<const T> k, device_positions kp, device_view<T> ko) {
+  constexpr int V = vector_width<T>;
+  extern __shared__ float2 angle_table[];
+  const int half = e.half;
+  const int pair_units = e.split_half ? half / V : 2 * half / V;  // units of rotated pairs per row
+  const int units = pair_units + (e.d - 2 * half) / V;           // then the unrotated tail
+  const index_t slots = q.seq + k.seq;
+  for (index_t r = blockIdx.x; r < slots; r += gridDim.x) {  // the same trip count in every thread
+    const bool is_q = r < q.seq;
+    const device_view<const T> in = is_q ? q : k;
+    const device_view<T> out = is_q ? qo : ko;
+    const index_t s = is_q ? r : r - q.seq;
+    const position_t pos = is_q ? qp[s] : kp[s];
+    fill_angle_table(e, pos, angle_table, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
+    __syncthreads();
+    const index_t work = in.batch * in.heads * units;
+    for (index_t w = threadIdx.x; w < work; w += blockDim.x) {
+      index_t g = 0, u = 0, b = 0, h = 0;
+      divide(w, units, g, u);
+      divide(g, in.heads, b, h);
+      const T* x = in.row(b, h, s);
+      T* o = out.row(b, h, s);
+      float a[V], c[V];
+      if (u >= pair_units) {  // unrotated tail: copied, unless in place
+        const int j = 2 * half + static_cast<int>(u - pair_units) * V;
+        if (static_cast<const void*>(x) != static_cast<const void*>(o)) {
+          load_vector(x + j, a);
+          store_vector(o + j, a);
+        }
+      } else if (e.split_half) {  // pairs (i, i + half) for i in [i0, i0 + V)
+        const int i0 = static_cast<int>(u) * V;
+        load_vector(x + i0, a);
+        load_vector(x + i0 + half, c);
+#pragma unroll
+        for (int t = 0; t < V; ++t) {
+          const float2 cs = angle_table[i0 + t];
+          const float lo = a[t] * cs.x - c[t] * cs.y, hi = c[t] * cs.x + a[t] * cs.y;
+          a[t] = lo;
+          c[t] = hi;
+        }
+        store_vector(o + i0, a);
+        store_vector(o + i0 + half, c);
+      } else {  // pairs (2k, 2k + 1) for the V/2 pairs of elements [j0, j0 + V)
+        const int j0 = static_cast<int>(u) * V;
+        load_vector(x + j0, a);
+#pragma unroll
+        for (int t = 0; t < V; t += 2) {
+          const float2 cs = angle_table[(j0 + t) / 2];
+          const float lo = a[t] * cs.x - a[t + 1] * cs.y, hi = a[t + 1] * cs.x + a[t] * cs.y;
+          a[t] = lo;
+          a[t + 1] = hi;
+        }
+        store_vector(o + j0, a);
+      }
+    }
+    __syncthreads();  // the table is rewritten for the next position
+  }
+}
+
+/// Whether `encode_rotation_vector_kernel` takes this launch: identity P, rotation Λ, real; the
+/// rotated pairs and the tail in whole 16-byte vectors; every row start 16-byte aligned.
+template <class T>
+bool rotation_vectorizable(const encoder_desc& e, const device_view<const T>& q, const device_view<T>& qo,
+                           const device_view<const T>& k, const device_view<T>& ko) {
+  constexpr int V = vector_width<T>;
+  if (e.p != p_kind::identity || e.lambda != lambda_kind::rotation || e.is_complex) return false;
+  if ((e.split_half ? e.half : 2 * e.half) % V != 0 || (e.d - 2 * e.half) % V != 0) return false;
+  const auto aligned = [](const auto& view) {
+    constexpr auto bytes = static_cast<index_t>(sizeof(T));
+    return view.rows() == 0 || (reinterpret_cast<std::uintptr_t>(view.data) % 16 == 0 && view.batch_stride * bytes % 16 == 0 &&
+                                view.head_stride * bytes % 16 == 0 && view.seq_stride * bytes % 16 == 0);
+  };
+  return aligned(q) && aligned(qo) && aligned(k) && aligned(ko);
+}
+
 template <class T>
 void validate_encode_pair(const encoder_desc& e, const device_view<const T>& x, const device_view<T>& out,
                           const char* where, const char* xn, const char* on) {
@@ -159,10 +273,18 @@ void encode_launch(const encoder_desc& desc, device_view<const T> q, device_posi
   LRPE_CUDA_CHECK(cudaGetDevice(&dev));
   LRPE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
 
+  const index_t table_bytes = angle_count(desc) * static_cast<index_t>(sizeof(float2));
+  if (rotation_vectorizable(desc, q, q_out, k, k_out)) {
+    const auto blocks = static_cast<unsigned>(std::min<index_t>(q.seq + k.seq, static_cast<index_t>(sms) * 16));
+    LRPE_CUDA_CHECK_PENDING("lrpe::cuda::detail::encode_rotation_vector_kernel");
+    encode_rotation_vector_kernel<T><<<blocks, encode_threads, static_cast<std::size_t>(table_bytes), stream>>>(
+        desc, q, qp, q_out, k, kp, k_out);
+    LRPE_CUDA_CHECK_LAUNCH("lrpe::cuda::detail::encode_rotation_vector_kernel");
+    return;
+  }
   // rows per position (every head of a sequence row): the angles are shared when there are
   // several and the table fits beside one warp's scratch
   const index_t per_position = std::max(q.seq > 0 ? q.batch * q.heads : 0, k.seq > 0 ? k.batch * k.heads : 0);
-  const index_t table_bytes = angle_count(desc) * static_cast<index_t>(sizeof(float2));
   if (angle_count(desc) > 0 && per_position >= 2 && table_bytes + per_warp <= shared_limit) {
     const int warps = static_cast<int>(
         std::clamp<index_t>(std::min((shared_limit - table_bytes) / per_warp, per_position), 1, encode_threads / 32));
