@@ -1,7 +1,8 @@
 // The snippet of docs/cuda.md ("Using it"), compiled by nvcc with lrpe::cuda. On a GPU every call
-// of the snippet is checked against the CPU library on the same bf16-rounded inputs (bounds of
-// tests/test_cuda_kernels.cu: encode 1.6e-2, attention 3e-2, relative to the largest |value|);
-// without a device it prints "[lrpe-skip] ..." and exits 0. Returns non-zero if a check fails.
+// of the snippet is checked against the CPU library on the same bf16-rounded inputs: each output
+// is the fp32 result rounded once to bf16, so max |gpu − cpu| ≤ 2^-8 · max |cpu| plus the fp32
+// difference (bound 2^-8 + 1e-5; an H200 measured 1.9e-3 to 3.3e-3); without a device it prints
+// "[lrpe-skip] ..." and exits 0. Returns non-zero if a check fails.
 #include <lrpe/cuda.cuh>  // the CPU library + lrpe::cuda; #error outside nvcc / without lrpe::cuda
 
 #include <cuda_bf16.h>
@@ -93,26 +94,27 @@ int main() {
   std::vector<float> want(size);
   const auto out = lrpe::bsnh(want.data(), B, N, H, d);
   int failures = 0;
-  const auto expect = [&](const char* what, const std::vector<float>& got, double bound) {
+  constexpr double bound = 0x1p-8 + 1e-5;  // one bf16 rounding of each output, plus fp32's difference
+  const auto expect = [&](const char* what, const std::vector<float>& got) {
     const double err = relative_error(got, want);
     const bool ok = err <= bound;
     std::printf("%-52s relative error %.3g (bound %.3g) %s\n", what, err, bound, ok ? "ok" : "FAILED");
     failures += ok ? 0 : 1;
   };
   lrpe::softmax_attention(cq, ck, cv, out, cpu_encoder, lrpe::softmax_options<>{.causal = true});
-  expect("softmax attention with Type 1 (LRPE in the tile loads)", widen(o1.download()), 3e-2);
+  expect("softmax attention with Type 1 (LRPE in the tile loads)", widen(o1.download()));
   lrpe::softmax_attention(cq, ck, cv, out, lrpe::canonical::alibi<float>::for_heads(d, H),
                           lrpe::softmax_options<>{.causal = true});
-  expect("softmax attention with ALiBi", widen(o2.download()), 3e-2);
+  expect("softmax attention with ALiBi", widen(o2.download()));
   const std::vector<double> decays = {1.0, 0.99, 0.9, 0.5};
   lrpe::linear_attention(cq, ck, cv, out, cpu_encoder, lrpe::feature_maps::elu_plus_one{},
                          lrpe::linear_options{.causal = true, .head_decays = decays});
-  expect("causal linear attention, 1+elu, per-head decay", widen(o3.download()), 3e-2);
+  expect("causal linear attention, 1+elu, per-head decay", widen(o3.download()));
   for (const auto* side : {&fq, &fk}) {
     const auto x = lrpe::bsnh<const float>(side->data(), B, N, H, d);
     for (index_t h = 0; h < H; ++h) cpu_encoder.encode(x.head(0, h), n_past, out.head(0, h));
     expect(side == &fq ? "in-place encode of Q at n_past" : "in-place encode of K at n_past",
-           widen((side == &fq ? q : k).download()), 1.6e-2);
+           widen((side == &fq ? q : k).download()));
   }
   return failures == 0 ? 0 : 1;
 }

@@ -217,6 +217,8 @@ void check_every_preset() {
   check_encoder<T>(lrpe::type8<double>(2), "type8 d=2");
   check_encoder<T>(lrpe::type8<double>(6), "type8 d=6");  // the direct DFT sum
   check_encoder<T>(lrpe::rope_gptj<double>(128), "rope_gptj d=128");
+  check_encoder<T>(lrpe::rope_gptj<double>(64, 10000.0, 48), "rope_gptj partial rotary 48/64");
+  check_encoder<T>(lrpe::rope_gptj<double>(36, 10000.0, 20), "rope_gptj partial rotary 20/36 (no 16-byte units)");
   check_encoder<T>(lrpe::rope_neox<double>(128, 10000.0, 32), "rope_neox partial rotary 32/128");
   check_encoder<T>(lrpe::rope_neox<double>(64, 500000.0), "rope_neox base 5e5");
   check_encoder<T>(lrpe::permuteformer<double>(64), "permuteformer");

@@ -11,7 +11,8 @@
  * | `p::identity` | identity |
  * | `p::householder` | householder (unit v) |
  * | `p::permutation`, `p::odd_even` | gather (π) |
- * | `p::dft` | d a power of two: fft (d/2 twiddles e^{−2πi m/d}, radix 2, then 1/√d); else dft (d twiddles e^{−2πi m/d}/√d, exact index (k·n) mod d) |
+ * | `p::dft` | d = 2^k ≥ 2: fft (d/2 twiddles e^{−2πi m/d}, radix 2, then 1/√d); else dft |
+ * |           | (d twiddles e^{−2πi m/d}/√d, exact index (k·n) mod d) |
  * | `p::dct`, `p::dense`, any other P | dense d×d from `p.matrix()` (real or complex) |
  * | `lambda::identity` | identity |
  * | `lambda::rotation` | rotation (θ, pairing) |

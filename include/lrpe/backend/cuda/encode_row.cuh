@@ -224,8 +224,8 @@ __device__ __forceinline__ float warp_sum(float x) {
  * input row (in-place encoding) when the row belongs to this warp alone.
  */
 template <class Load, class Store>
-__device__ __forceinline__ void encode_row_warp(const encoder_desc& e, position_t s, Load load, float* xs, float* yr, float* yi,
-                                Store store, const float2* cs = nullptr) {
+__device__ __forceinline__ void encode_row_warp(const encoder_desc& e, position_t s, Load load, float* xs, float* yr,
+                                                float* yi, Store store, const float2* cs = nullptr) {
   const int lane = static_cast<int>(threadIdx.x & 31u);
   const int d = e.d;
   for (int base = 0; base < d; base += 4 * 32) {  // four loads in flight per lane, then to shared

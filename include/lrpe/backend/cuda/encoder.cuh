@@ -70,6 +70,32 @@ __global__ void __launch_bounds__(encode_threads)
 }
 
 /**
+ * The loop of the kernels that share a position's angles: for each sequence row this block takes
+ * (Q's rows first, then K's; a grid-stride loop over positions, so the same trip count in every
+ * thread), cos/sin of its position go into `table` (`fill_angle_table`) and every thread of the
+ * block calls `body(in, out, s, pos)` for that row s of the input `in` and output `out`.
+ */
+template <class T, class Body>
+__device__ __forceinline__ void for_each_position(const encoder_desc& e, const device_view<const T>& q,
+                                                  const device_positions& qp, const device_view<T>& qo,
+                                                  const device_view<const T>& k, const device_positions& kp,
+                                                  const device_view<T>& ko, float2* table, Body body) {
+  const index_t slots = q.seq + k.seq;
+  for (index_t r = blockIdx.x; r < slots; r += gridDim.x) {
+    const bool is_q = r < q.seq;
+    // by value: a reference chosen at run time between two kernel parameters puts both in local memory
+    const device_view<const T> in = is_q ? q : k;
+    const device_view<T> out = is_q ? qo : ko;
+    const index_t s = is_q ? r : r - q.seq;
+    const position_t pos = is_q ? qp[s] : kp[s];
+    fill_angle_table(e, pos, table, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
+    __syncthreads();
+    body(in, out, s, pos);
+    __syncthreads();  // the table is rewritten for the next position
+  }
+}
+
+/**
  * The same encoding with the angles shared: a block takes one sequence row (a position) at a
  * time, Q's seq rows first, then K's; its threads form cos/sin of s·θ_k once into shared memory
  * and its warps encode the batch·heads rows at that position from the table. For encoders with
@@ -83,20 +109,12 @@ __global__ void __launch_bounds__(encode_threads, 4)  // 64 registers: 32 warps 
   extern __shared__ float2 table[];  // angle_count(e) pairs, then each warp's scratch
   const int warp = static_cast<int>(threadIdx.x >> 5);
   const int warps = static_cast<int>(blockDim.x >> 5);
-  float* xs = reinterpret_cast<float*>(table + angle_count(e)) + static_cast<index_t>(warp) * encode_scratch_floats(e.d);
+  float* xs = reinterpret_cast<float*>(table + angle_count(e)) +  // after the table: this warp's scratch
+              static_cast<index_t>(warp) * encode_scratch_floats(e.d);
   float* yr = xs + e.d;
   float* yi = yr + e.d;
-  const index_t slots = q.seq + k.seq;
-  for (index_t r = blockIdx.x; r < slots; r += gridDim.x) {  // the same trip count in every thread
-    const bool is_q = r < q.seq;
-    // by value: a reference chosen at run time between two kernel parameters puts both in local memory
-    const device_view<const T> in = is_q ? q : k;
-    const device_view<T> out = is_q ? qo : ko;
-    const index_t s = is_q ? r : r - q.seq;
-    const position_t pos = is_q ? qp[s] : kp[s];
-    fill_angle_table(e, pos, table, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
-    __syncthreads();
-    for (index_t g = warp; g < in.batch * in.heads; g += warps) {
+  const auto encode_rows = [&](const device_view<const T>& in, const device_view<T>& out, index_t s, position_t pos) {
+    for (index_t g = warp; g < in.batch * in.heads; g += warps) {  // one warp per row (head)
       index_t b = 0, h = 0;
       divide(g, in.heads, b, h);
       const T* x = in.row(b, h, s);
@@ -105,8 +123,8 @@ __global__ void __launch_bounds__(encode_threads, 4)  // 64 registers: 32 warps 
           e, pos, [x](int j) { return to_float(x[j]); }, xs, yr, yi, [o](int i, float v) { o[i] = from_float<T>(v); },
           table);
     }
-    __syncthreads();  // the table is rewritten for the next position
-  }
+  };
+  for_each_position(e, q, qp, qo, k, kp, ko, table, encode_rows);
 }
 
 /// Elements of T in one 16-byte vector (4 fp32, 8 fp16 / bf16).
@@ -138,8 +156,8 @@ __device__ __forceinline__ void store_vector(T* p, const float (&f)[vector_width
  * RoPE-like encoders (identity P, rotation Λ: rope_neox, rope_gptj, any θ and partial rotary)
  * with 16-byte vectors and no shared row: a block takes one sequence row at a time and forms its
  * cos/sin table once (as `encode_qk_shared_angles_kernel`); each thread then takes a unit of one
- * row, V = vector_width<T> pairs (split-half: V elements at k and at k + half) or V/2 pairs
- * (interleaved: V consecutive elements), or V unrotated tail elements, loads them as vectors,
+ * row, V = vector_width<T> pairs (split-half: V elements at k and at k + half; interleaved: 2V
+ * consecutive elements), or V unrotated tail elements, loads them as vectors,
  * rotates them in registers and stores them. The launcher takes it only when every row start is
  * 16-byte aligned and the pairs and the tail split into whole vectors.
  */
@@ -150,17 +168,9 @@ __global__ void __launch_bounds__(encode_threads)
   constexpr int V = vector_width<T>;
   extern __shared__ float2 angle_table[];
   const int half = e.half;
-  const int pair_units = e.split_half ? half / V : 2 * half / V;  // units of rotated pairs per row
-  const int units = pair_units + (e.d - 2 * half) / V;           // then the unrotated tail
-  const index_t slots = q.seq + k.seq;
-  for (index_t r = blockIdx.x; r < slots; r += gridDim.x) {  // the same trip count in every thread
-    const bool is_q = r < q.seq;
-    const device_view<const T> in = is_q ? q : k;
-    const device_view<T> out = is_q ? qo : ko;
-    const index_t s = is_q ? r : r - q.seq;
-    const position_t pos = is_q ? qp[s] : kp[s];
-    fill_angle_table(e, pos, angle_table, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
-    __syncthreads();
+  const int pair_units = half / V;  // units of V rotated pairs per row
+  const int units = pair_units + (e.d - 2 * half) / V;  // then the unrotated tail
+  const auto rotate_rows = [&](const device_view<const T>& in, const device_view<T>& out, index_t s, position_t) {
     const index_t work = in.batch * in.heads * units;
     for (index_t w = threadIdx.x; w < work; w += blockDim.x) {
       index_t g = 0, u = 0, b = 0, h = 0;
@@ -188,35 +198,42 @@ __global__ void __launch_bounds__(encode_threads)
         }
         store_vector(o + i0, a);
         store_vector(o + i0 + half, c);
-      } else {  // pairs (2k, 2k + 1) for the V/2 pairs of elements [j0, j0 + V)
-        const int j0 = static_cast<int>(u) * V;
+      } else {  // pairs (2k, 2k + 1) for the V pairs of elements [j0, j0 + 2V)
+        const int j0 = static_cast<int>(u) * 2 * V;
         load_vector(x + j0, a);
+        load_vector(x + j0 + V, c);
 #pragma unroll
         for (int t = 0; t < V; t += 2) {
-          const float2 cs = angle_table[(j0 + t) / 2];
-          const float lo = a[t] * cs.x - a[t + 1] * cs.y, hi = a[t + 1] * cs.x + a[t] * cs.y;
-          a[t] = lo;
-          a[t + 1] = hi;
+          const float2 ca = angle_table[j0 / 2 + t / 2], cc = angle_table[(j0 + V) / 2 + t / 2];
+          const float a0 = a[t] * ca.x - a[t + 1] * ca.y, a1 = a[t + 1] * ca.x + a[t] * ca.y;
+          const float c0 = c[t] * cc.x - c[t + 1] * cc.y, c1 = c[t + 1] * cc.x + c[t] * cc.y;
+          a[t] = a0;
+          a[t + 1] = a1;
+          c[t] = c0;
+          c[t + 1] = c1;
         }
         store_vector(o + j0, a);
+        store_vector(o + j0 + V, c);
       }
     }
-    __syncthreads();  // the table is rewritten for the next position
-  }
+  };
+  for_each_position(e, q, qp, qo, k, kp, ko, angle_table, rotate_rows);
 }
 
 /// Whether `encode_rotation_vector_kernel` takes this launch: identity P, rotation Λ, real; the
-/// rotated pairs and the tail in whole 16-byte vectors; every row start 16-byte aligned.
+/// pairs in whole units of V and the tail in whole 16-byte vectors; every row start 16-byte
+/// aligned.
 template <class T>
 bool rotation_vectorizable(const encoder_desc& e, const device_view<const T>& q, const device_view<T>& qo,
                            const device_view<const T>& k, const device_view<T>& ko) {
   constexpr int V = vector_width<T>;
   if (e.p != p_kind::identity || e.lambda != lambda_kind::rotation || e.is_complex) return false;
-  if ((e.split_half ? e.half : 2 * e.half) % V != 0 || (e.d - 2 * e.half) % V != 0) return false;
+  if (e.half % V != 0 || (e.d - 2 * e.half) % V != 0) return false;  // whole units of V pairs
   const auto aligned = [](const auto& view) {
     constexpr auto bytes = static_cast<index_t>(sizeof(T));
-    return view.rows() == 0 || (reinterpret_cast<std::uintptr_t>(view.data) % 16 == 0 && view.batch_stride * bytes % 16 == 0 &&
-                                view.head_stride * bytes % 16 == 0 && view.seq_stride * bytes % 16 == 0);
+    return view.rows() == 0 ||
+           (reinterpret_cast<std::uintptr_t>(view.data) % 16 == 0 && view.batch_stride * bytes % 16 == 0 &&
+            view.head_stride * bytes % 16 == 0 && view.seq_stride * bytes % 16 == 0);
   };
   return aligned(q) && aligned(qo) && aligned(k) && aligned(ko);
 }
