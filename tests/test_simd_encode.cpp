@@ -407,7 +407,8 @@ void check_layouts_bits(const E& e, index_t B, index_t H, index_t nq, index_t nk
                    lk.view(static_cast<const T*>(kin.data()), B, H, nk, d), kp, oq.view(out_q.data(), B, H, nq, f),
                    ok.view(kout.data(), B, H, nk, f));
       const auto got_q = gather(out_q, oq, nq), got_k = gather(kout, ok, nk);
-      INFO(lq.name << " into " << oq.name << (threshold == 0 ? ", streamed" : ", cached"));
+      const std::string what = std::string(lq.name) + " into " + oq.name + (threshold == 0 ? ", streamed" : ", cached");
+      INFO(what);
       if (base_q.size() == 0) {
         base_q = got_q;
         base_k = got_k;

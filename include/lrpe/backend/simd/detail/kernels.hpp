@@ -254,24 +254,30 @@ void reflect_permute_rows(const T* v, const index_of_t<T>* table, index_t tw, co
   typename ops::reg vv[K];
 #pragma GCC unroll 8
   for (int k = 0; k < K; ++k) vv[k] = ops::load(v + k * L, L);
-  index_t r = 0;
-  // Whole groups of L rows: their μ by one parallel horizontal add (`compat::haddp`, ~2 shuffles
-  // per row next to the permute's 8; measured ~8 % faster in L2 than a horizontal sum per row);
-  // x is read twice, the second time from L1.
+  // Groups of L rows: their μ by one parallel horizontal add (`compat::haddp`, ~2 shuffles per
+  // row next to the permute's 8; measured ~8 % faster in L2 than a horizontal sum per row); x
+  // is read twice, the second time from L1. The last group of cnt < L rows takes the same sum
+  // order, its missing rows zero, so that a row's μ (and output) does not depend on how many
+  // rows its call has: a BSNH run of H heads at one position and a BNSH head of n rows give the
+  // same bits (a horizontal sum per leftover row did not: test_simd_encode, AVX-512 only).
   using bt = xsimd::batch<T, Arch>;
-  for (; r + L <= m; r += L) {
+  const auto group = [&](index_t r, index_t cnt) LRPE_ALWAYS_INLINE_LAMBDA {
     bt acc[L];
 #pragma GCC unroll 16
     for (index_t i = 0; i < L; ++i) {
-      const T* xr = x + (r + i) * xs;
-      typename ops::reg a = ops::fmadd(ops::load(xr, L), vv[0], typename ops::reg{});
+      if (i < cnt) {
+        const T* xr = x + (r + i) * xs;
+        typename ops::reg a = ops::fmadd(ops::load(xr, L), vv[0], typename ops::reg{});
 #pragma GCC unroll 8
-      for (int k = 1; k < K; ++k) a = ops::fmadd(ops::load(xr + k * L, L), vv[k], a);
-      acc[i] = bt(a);
+        for (int k = 1; k < K; ++k) a = ops::fmadd(ops::load(xr + k * L, L), vv[k], a);
+        acc[i] = bt(a);
+      } else {
+        acc[i] = bt(T(0));
+      }
     }
     alignas(64) T mus[L];
     (T(-2) * compat::haddp(acc)).store_aligned(mus);
-    for (index_t i = 0; i < L; ++i) {
+    for (index_t i = 0; i < cnt; ++i) {
       if (r + i + mapped_prefetch_rows < m) prefetch_row(x + (r + i + mapped_prefetch_rows) * xs, d);
       const T* xr = x + (r + i) * xs;
       typename ops::reg q[2 * Pairs];
@@ -281,22 +287,10 @@ void reflect_permute_rows(const T* v, const index_of_t<T>* table, index_t tw, co
       if constexpr (K < 2 * Pairs) q[K] = typename ops::reg{};
       store_permuted<Pairs, Stream, Arch, T>(q, table + (r + i) * tw, y + (r + i) * ys, d);
     }
-  }
-  for (; r < m; ++r) {  // the rest: one horizontal sum per row
-    if (r + mapped_prefetch_rows < m) prefetch_row(x + (r + mapped_prefetch_rows) * xs, d);
-    const T* xr = x + r * xs;
-    typename ops::reg q[2 * Pairs];
-#pragma GCC unroll 8
-    for (int k = 0; k < K; ++k) q[k] = ops::load(xr + k * L, L);
-    if constexpr (K < 2 * Pairs) q[K] = typename ops::reg{};
-    typename ops::reg a0 = ops::fmadd(q[0], vv[0], typename ops::reg{});
-#pragma GCC unroll 8
-    for (int k = 1; k < K; ++k) a0 = ops::fmadd(q[k], vv[k], a0);
-    const auto mu = ops::set1(T(-2) * ops::sum(a0));
-#pragma GCC unroll 8
-    for (int k = 0; k < K; ++k) q[k] = ops::fmadd(mu, vv[k], q[k]);
-    store_permuted<Pairs, Stream, Arch, T>(q, table + r * tw, y + r * ys, d);
-  }
+  };
+  index_t r = 0;
+  for (; r + L <= m; r += L) group(r, L);
+  if (r < m) group(r, m - r);
 }
 #endif
 
