@@ -14,6 +14,10 @@ What it does (docs/cuda.md, "GPU checklist"):
               4·n²·d·heads·batch flops (halved when causal), median of CUDA-event timings.
   3. copy   : measured device-to-device copy bandwidth (bytes read + written), the ceiling
               for the encoder target (lrpe encoder >= 0.7 of it).
+  4. compare: lrpe's CUDA softmax attention and rope_neox encode (bench/cuda_peer_io.cu, whose
+              binary --lrpe-io names) on the inputs this script writes, against torch's SDPA
+              (FlashAttention for bf16) and HF's rotary on the same inputs, each against float64;
+              fails if lrpe is off float64 by more than its test bound.
 
 Usage on the device machine:
   PYTHONUNBUFFERED=1 python3 bench/torch_gpu_peer.py --out $OUT/torch_peer
@@ -74,7 +78,7 @@ def rope_part(results):
         b, h, n, d = 4, 32, 4096, 128
         # the default rope_theta (10000) of every transformers version: no version-specific keyword
         cfg = LlamaConfig(hidden_size=h * d, num_attention_heads=h, max_position_embeddings=1 << 20)
-        rot = LlamaRotaryEmbedding(config=cfg, device="cuda")
+        rot = LlamaRotaryEmbedding(config=cfg).to("cuda")  # no device= (gone after transformers 5.17)
         g = torch.Generator(device="cuda").manual_seed(1234)
         q = torch.randn(b, h, n, d, device="cuda", dtype=dtype, generator=g)
         k = torch.randn(b, h, n, d, device="cuda", dtype=dtype, generator=g)
@@ -126,10 +130,78 @@ def sdpa_part(results):
               f"{r['ms']:.3f} ms  {r['TFLOP/s']:.1f} TFLOP/s")
 
 
+def compare_part(binary, results):
+    """lrpe's CUDA softmax attention and rope_neox encode (bench/cuda_peer_io.cu) against torch's
+    SDPA and HF's rotary on the same inputs, each also against float64 (rel. L2 errors). Exits
+    non-zero if lrpe is off float64 by more than one rounding of the storage type plus fp32's
+    arithmetic (2^-8 + 1e-5 bf16, 1e-5 fp32), the bound of tests/test_cuda_kernels.cu."""
+    import subprocess
+    import tempfile
+
+    import numpy as np
+    import torch.nn.functional as F
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, LlamaRotaryEmbedding
+    from transformers import LlamaConfig
+
+    b, h, n, d = 2, 8, 1024, 128
+    g = torch.Generator().manual_seed(11)
+    x32 = {name: torch.randn(b, h, n, d, generator=g) for name in "qkv"}
+    x16 = {name: t.to(torch.bfloat16) for name, t in x32.items()}
+    bound = {"bf16": 2.0 ** -8 + 1e-5, "f32": 1e-5}
+    rows, failed = [], False
+    with tempfile.TemporaryDirectory() as work:
+        for name in "qkv":
+            x16[name].view(torch.int16).numpy().tofile(os.path.join(work, f"{name}_bf16.bin"))
+            x32[name].numpy().tofile(os.path.join(work, f"{name}_f32.bin"))
+        subprocess.run([binary, work, str(b), str(h), str(n), str(d)], check=True)
+
+        def lrpe_out(stem, dtype):
+            raw = np.fromfile(os.path.join(work, stem + ".bin"), dtype=np.int16 if dtype == "bf16" else np.float32)
+            t = torch.from_numpy(raw)
+            return (t.view(torch.bfloat16) if dtype == "bf16" else t).reshape(b, h, n, d).cuda()
+
+        cfg = LlamaConfig(hidden_size=h * d, num_attention_heads=h, max_position_embeddings=1 << 20)
+        rot = LlamaRotaryEmbedding(config=cfg).to("cuda")  # no device= (gone after transformers 5.17)
+        for dtype, xs in (("bf16", x16), ("f32", x32)):
+            q, k, v = (xs[c].cuda() for c in "qkv")
+            for causal in (False, True):
+                exact = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
+                if dtype == "bf16":
+                    from torch.nn.attention import sdpa_kernel, SDPBackend
+                    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                        peer = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                else:
+                    peer = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                ours = lrpe_out(f"softmax_{dtype}_causal{int(causal)}", dtype)
+                rows.append({"what": f"softmax causal={int(causal)}", "dtype": dtype,
+                             "lrpe_vs_exact": rel_error(ours, exact), "torch_vs_exact": rel_error(peer, exact),
+                             "lrpe_vs_torch": rel_error(ours, peer.double())})
+            for start in (0, 999_000):
+                pos = (torch.arange(n, device="cuda") + start).unsqueeze(0).expand(b, n)
+                cos, sin = rot(q, pos)
+                peer, _ = apply_rotary_pos_emb(q, k, cos, sin)
+                exact = rope_reference(q, pos, d)
+                ours = lrpe_out(f"rope_{dtype}_{start}", dtype)
+                rows.append({"what": f"rope_neox from {start}", "dtype": dtype,
+                             "lrpe_vs_exact": rel_error(ours, exact), "torch_vs_exact": rel_error(peer, exact),
+                             "lrpe_vs_torch": rel_error(ours, peer.double())})
+    print(f"lrpe CUDA vs torch on the same inputs (b{b} h{h} n{n} d{d}, BNSH; rel. L2 errors; exact = float64)")
+    for r in rows:
+        ok = r["lrpe_vs_exact"] <= bound[r["dtype"]]
+        failed = failed or not ok
+        r["within_bound"] = ok
+        print(f"  {r['what']:22s} {r['dtype']:4s}: lrpe {r['lrpe_vs_exact']:.2e} ({'ok' if ok else 'OVER'} "
+              f"{bound[r['dtype']]:.1e}), torch {r['torch_vs_exact']:.2e}, lrpe vs torch {r['lrpe_vs_torch']:.2e}")
+    results["compare"] = rows
+    return not failed
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="")
-    ap.add_argument("--parts", default="copy,rope,sdpa")
+    ap.add_argument("--parts", default="copy,rope,sdpa,compare")
+    ap.add_argument("--lrpe-io", default="build/cuda/bench/cuda_peer_io",
+                    help="bench/cuda_peer_io.cu's binary, for the compare part (skipped if missing)")
     args = ap.parse_args()
     if args.out:
         os.makedirs(args.out, exist_ok=True)
@@ -152,9 +224,17 @@ def main():
             print(f"rope part FAILED: {e!r}")
     if "sdpa" in parts:
         sdpa_part(results)
+    ok = True
+    if "compare" in parts:
+        if os.path.exists(args.lrpe_io):
+            ok = compare_part(args.lrpe_io, results)
+        else:
+            print(f"compare part skipped: no {args.lrpe_io} (build bench/cuda_peer_io.cu)")
     if args.out:
         with open(os.path.join(args.out, "results.json"), "w") as f:
             json.dump(results, f, indent=1)
+    if not ok:
+        raise SystemExit("lrpe's CUDA output is off float64 by more than its bound (compare part)")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
 #   scripts/gpu-checklist.sh [parts...]     parts: tests sanitize peer bench (default: tests peer bench)
 #
 # Device time is scarce: the three binaries can be built here (nvcc, no GPU needed) and carried.
-# With LRPE_GPU_BIN=<dir> holding test_cuda_kernels, bench_cuda and example_cuda_quickstart (as
+# With LRPE_GPU_BIN=<dir> holding test_cuda_kernels, bench_cuda, cuda_peer_io and example_cuda_quickstart (as
 # `scripts/gpu-prebuild.sh` leaves them in .gpu-bin), the script runs those and builds only if
 # they do not start there. Each part runs under a time limit (LRPE_GPU_TIMEOUT, seconds, default
 # 240) so that one slow part cannot take the whole call.
@@ -14,7 +14,8 @@
 #   tests     build test_cuda_kernels, bench_cuda and example_cuda_quickstart; run the tests (must not
 #             skip) twice, then the example
 #   sanitize  compute-sanitizer memcheck and racecheck on the tests (slow: a call of its own)
-#   peer      bench/torch_gpu_peer.py (HF rotary, SDPA FlashAttention, copy bandwidth)
+#   peer      bench/torch_gpu_peer.py (HF rotary, SDPA FlashAttention, copy bandwidth, and lrpe's
+#             softmax and RoPE against them on the same inputs through cuda_peer_io)
 #   bench     bench_cuda, then bench/cuda_summary.py against the peer's results
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -42,7 +43,7 @@ if [[ -n "$prebuilt" ]] && "$prebuilt/test_cuda_kernels" --count >/dev/null 2>&1
    "$prebuilt/bench_cuda" --benchmark_list_tests >/dev/null 2>&1; then
   mkdir -p build/cuda/tests build/cuda/bench build/cuda/examples
   cp "$prebuilt/test_cuda_kernels" build/cuda/tests/
-  cp "$prebuilt/bench_cuda" build/cuda/bench/
+  cp "$prebuilt/bench_cuda" "$prebuilt/cuda_peer_io" build/cuda/bench/
   cp "$prebuilt/example_cuda_quickstart" build/cuda/examples/
   note "using the prebuilt binaries of $prebuilt"
 elif want tests || want sanitize || want bench; then
@@ -50,13 +51,13 @@ elif want tests || want sanitize || want bench; then
   if ! cmake -S . -B build/cuda -DCMAKE_BUILD_TYPE=Release -DLRPE_ENABLE_CUDA=ON -DLRPE_BUILD_EXAMPLES=ON \
       -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$deps" \
       -Dbenchmark_DIR="$deps/lib/x86_64-linux-gnu/cmake/benchmark" >"$out/configure.log" 2>&1 ||
-     ! cmake --build build/cuda --target test_cuda_kernels bench_cuda example_cuda_quickstart -j "$(nproc)" \
+     ! cmake --build build/cuda --target test_cuda_kernels bench_cuda cuda_peer_io example_cuda_quickstart -j "$(nproc)" \
          >"$out/build.log" 2>&1; then
     tail -n 40 "$out/configure.log" "$out/build.log" 2>/dev/null
     note "configure or build FAILED (logs: configure.log, build.log)"
     exit 1
   fi
-  note "built test_cuda_kernels, bench_cuda and example_cuda_quickstart"
+  note "built test_cuda_kernels, bench_cuda, cuda_peer_io and example_cuda_quickstart"
 fi
 
 if want tests; then
@@ -94,7 +95,8 @@ if want sanitize; then
 fi
 
 if want peer; then
-  if PYTHONUNBUFFERED=1 timeout "$limit" python3 bench/torch_gpu_peer.py --out "$out/torch_peer" >"$out/torch_peer.log" 2>&1; then
+  if PYTHONUNBUFFERED=1 timeout "$limit" python3 bench/torch_gpu_peer.py --out "$out/torch_peer" \
+      --lrpe-io build/cuda/bench/cuda_peer_io >"$out/torch_peer.log" 2>&1; then
     note "torch peer done (torch_peer/results.json)"
   else
     tail -n 20 "$out/torch_peer.log"; note "torch peer FAILED (torch_peer.log)"; status=1
