@@ -1,9 +1,11 @@
 /**
  * @file encoder.cuh
  * The fused encoder kernels: Q and K (any preset, any `device_encoder`) encoded in one launch,
- * one warp per row, positions by offset or device array, in place or out of place. Encoders
- * with angles and several rows per position (heads) form each position's cos/sin once per
- * block and share them (`encode_qk_shared_angles_kernel`).
+ * positions by offset or device array, in place or out of place. The launcher picks one of
+ * three: RoPE-like encoders on 16-byte-aligned rows by vectors in registers
+ * (`encode_rotation_vector_kernel`); other encoders with angles and several rows per position
+ * (heads), a warp per row with each position's cos/sin formed once per block and shared
+ * (`encode_qk_shared_angles_kernel`); the rest a warp per row (`encode_qk_kernel`).
  *
  * q_out row (b, h, s) = features of M_{qp[s]} q row (b, h, s), and likewise for K with kp,
  * exactly the CPU `encoder::encode_features` (real view [Re, Im] for complex encoders), computed
