@@ -344,6 +344,31 @@ void linear_simd(benchmark::State& state) {
   });
 }
 
+/// `linear_simd` with other head layouts, one thread: arg 2 = 0 BNSH with the heads n·d + 16
+/// scalars apart (not a power of two of bytes), 1 BSNH (a position's heads adjacent). Against
+/// `linear_simd`'s BNSH (heads n·d apart: 2 MiB at n = 8192), whether the step from n = 4096 to
+/// 8192 on the Xeon host (performance.md) comes from the heads' power-of-two distance.
+void linear_simd_layout(benchmark::State& state) {
+  const index_t n = state.range(0);
+  const bool causal = state.range(1) != 0, bsnh = state.range(2) != 0;
+  const index_t head_stride = n * d + 16;
+  std::vector<T> buf[4];
+  lrpe::generator g(1);
+  for (auto& b : buf) {
+    b.resize(static_cast<std::size_t>(bsnh ? n * heads * d : heads * head_stride));
+    for (auto& x : b) x = static_cast<T>(g.normal());
+  }
+  const auto view = [&](std::vector<T>& b) {
+    if (bsnh) return lrpe::bsnh(b.data(), 1, n, heads, d);
+    return lrpe::heads_view<T>{b.data(), 1, heads, n, d, heads * head_stride, head_stride, d};
+  };
+  run_timed(state, linear_flops(n), 1, [&] {
+    lrpe::linear_attention(view(buf[0]), view(buf[1]), view(buf[2]), view(buf[3]), lrpe::no_encoding{},
+                           lrpe::feature_maps::identity{}, lrpe::linear_options{.causal = causal, .chunk = 64},
+                           lrpe::backend::simd<>{});
+  });
+}
+
 void linear_simd_rope(benchmark::State& state) {  // end to end: 1+elu then RoPE features (in the kernel), causal
   const index_t n = state.range(0);
   inputs in(n);
@@ -459,6 +484,7 @@ BENCHMARK(linear_simd)
     ->ArgsProduct({{512, 2048, 4096, 8192}, {0, 1}, {1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+BENCHMARK(linear_simd_layout)->ArgsProduct({{2048, 4096, 8192}, {0, 1}, {0, 1}})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(linear_simd_rope)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(linear_simd_rope_features_first)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(linear_decode)->Arg(0)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
