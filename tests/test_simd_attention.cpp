@@ -891,6 +891,30 @@ TEST_CASE_TEMPLATE("simd linear attention, no encoding: == reference (causal or 
   }
 }
 
+TEST_CASE_TEMPLATE("simd linear attention with a large output (non-temporal stores) == reference", T, float, double) {
+  // One head whose output reaches linear_stream_bytes takes non-temporal stores in both the
+  // non-causal pass and the causal one-vector chunks; 17 rows past a multiple of the vector
+  // width leave a tail for the general path after the streamed chunks.
+  const std::uint64_t seed = 0x51D0'0020;
+  MESSAGE("seed = " << seed);
+  const index_t d = 64, dv = 64;
+  const auto rows = static_cast<index_t>(lrpe::backend::simd_detail::linear_stream_bytes / (dv * sizeof(T))) + 17;
+  int n = 0;
+  for (bool causal : {false, true}) {
+    for (double decay : {1.0, 0.999}) {
+      if (!causal && decay != 1.0) continue;
+      const shape s{rows, rows, d, dv, causal, 0, 0, false};
+      SHAPE_INFO(s);
+      const linear_case_options lo{causal, lrpe::normalisation::denominator, 64, decay};
+      LINEAR_INFO(lo);
+      // the output (an Eigen matrix) is vector-aligned: the case reaches the streamed stores
+      REQUIRE(reinterpret_cast<std::uintptr_t>(rm<T>(rows, dv).data()) % sizeof(xsimd::batch<T>) == 0);
+      CHECK(linear_case<T>(s, lrpe::no_encoding{}, lrpe::feature_maps::elu_plus_one{}, lo,
+                           seed + static_cast<std::uint64_t>(++n)) <= tolerance<T>());
+    }
+  }
+}
+
 TEST_CASE_TEMPLATE("linear attention, reference and SIMD: a NaN in q or k makes exactly the rows it reaches NaN", T,
                    float, double) {
   // n = 100 (one-vector chunks of 16 with a remainder; key 40 sits inside the chunk of rows

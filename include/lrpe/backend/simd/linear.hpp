@@ -74,6 +74,14 @@ void gemm_rows(index_t rows, const T* p, index_t prs, index_t pcs, const T* v, i
 /// n = 2048 3.81–4.58 → 3.50–4.26 ms, n = 8192 17.1–19.8 → 16.9–17.2 ms.
 inline constexpr index_t linear_key_block = 64;
 
+/// Output bytes of one (batch, head) problem from which linear attention writes its output
+/// rows with non-temporal stores (`linear_run::streams_output`): past a core's L2 on every host
+/// measured, so the rows would not stay cached for the next operation anyway, and the stores
+/// neither read each line first nor evict the inputs. 8 heads, d = 64: n ≥ 8192. Xeon host,
+/// non-causal n = 8192, six alternating pairs: medians 13.8–15.8 → 11.9–13.3 ms; n = 2048 (below
+/// the threshold) the same either way.
+inline constexpr std::size_t linear_stream_bytes = std::size_t{2} << 20;
+
 /// λ^Δ for Δ ≥ 0 (1 without decay), in double as the reference. Δ = 1 (every decode step)
 /// returns λ itself, which is pow's exact result, without the call.
 inline double decay_pow(double lambda, position_t delta) noexcept {
@@ -228,9 +236,34 @@ struct linear_run {
     count += b - a;
   }
 
-  /// out rows [i0, i0 + bq) from the accumulator (num) and den.
-  void write(index_t i0, index_t bq, const T* acc, const T* den) const {
+  /// The output rows take non-temporal stores: a large output (`linear_stream_bytes`) of
+  /// whole, aligned vectors on an arch that has such stores. Callers end with `stream_fence()`.
+  [[nodiscard]] bool streams_output() const noexcept {
+    using B = xsimd::batch<T, A>;
+    constexpr index_t W = B::size;
+    if constexpr (!compat::has_stream_store<A>) {
+      return false;
+    } else {
+      const double bytes = static_cast<double>(p.out.rows) * static_cast<double>(dv) * sizeof(T);
+      return dv % W == 0 && p.out.row_stride % W == 0 && reinterpret_cast<std::uintptr_t>(p.out.data) % sizeof(B) == 0 &&
+             bytes >= static_cast<double>(linear_stream_bytes);
+    }
+  }
+
+  /// out rows [i0, i0 + bq) from the accumulator (num) and den; `stream`: by non-temporal
+  /// stores (`streams_output()` must hold).
+  void write(index_t i0, index_t bq, const T* acc, const T* den, bool stream = false) const {
     const bool normalise = p.norm == normalisation::denominator;
+    if (stream) {
+      using B = xsimd::batch<T, A>;
+      constexpr index_t W = B::size;
+      for (index_t i = 0; i < bq; ++i) {
+        T* o = p.out.row(i0 + i);
+        const B inv(normalise ? T(1) / std::max(den[i], static_cast<T>(p.eps)) : T(1));
+        for (index_t c = 0; c < dv; c += W) compat::store_stream(B::load_aligned(acc + i * dvp + c) * inv, o + c);
+      }
+      return;
+    }
     for (index_t i = 0; i < bq; ++i) {
       T* o = p.out.row(i0 + i);
       const T inv = normalise ? T(1) / std::max(den[i], static_cast<T>(p.eps)) : T(1);
@@ -246,13 +279,15 @@ struct linear_run {
     T* acc = ws.get<T>(simd_workspace::o_tile, QB * dvp);
     T* den = ws.get<T>(simd_workspace::row_stats, QB);
     const index_t nq = p.qf.rows;
+    const bool stream = streams_output();
     for (index_t i0 = 0; i0 < nq; i0 += QB) {
       const index_t bq = std::min(QB, nq - i0);
       std::fill(acc, acc + bq * dvp, T(0));
       gemm_rows<T, A>(bq, p.qf.row(i0), p.qf.row_stride, 1, S, dvp, f, acc);
       for (index_t i = 0; i < bq; ++i) den[i] = row_dot<T, A>(p.qf.row(i0 + i), z, f);
-      write(i0, bq, acc, den);
+      write(i0, bq, acc, den, stream);
     }
+    if (stream) compat::stream_fence();
   }
 
   void causal() {
@@ -415,13 +450,14 @@ struct linear_run {
     index_t stream = 0, row = 0;  ///< the next prefetch: row `row` of stream `stream` (next = stream·m + row)
 
     row_prefetcher() = default;
-    row_prefetcher(const linear_problem<T>& p, index_t r0, index_t rows) noexcept
+    /// `out_too`: the output rows as well (not when they take non-temporal stores).
+    row_prefetcher(const linear_problem<T>& p, index_t r0, index_t rows, bool out_too = true) noexcept
         : base{p.qf.row(r0), p.kf.row(r0), p.v.row(r0)},
           out(p.out.row(r0)),
           stride{p.qf.row_stride, p.kf.row_stride, p.v.row_stride, p.out.row_stride},
           len{p.qf.cols, p.kf.cols, p.v.cols, p.out.cols},
           m(rows),
-          total(streams * rows) {}
+          total((out_too ? streams : streams - 1) * rows) {}
 
     LRPE_ALWAYS_INLINE void step() noexcept {
       if (next < total) {
@@ -491,6 +527,7 @@ struct linear_run {
     T* at = ws.get<T>(simd_workspace::s_tile, W * W);
     T* qt = ws.get<T>(simd_workspace::q_tile, f * W);
     const index_t os = p.out.row_stride;
+    const bool stream = streams_output();  // the output rows by non-temporal stores (large outputs)
 
     for (index_t i0 = 0; i0 < full; i0 += W) {
       const auto [q, qs, k, ks] = rows(i0, W);
@@ -504,7 +541,7 @@ struct linear_run {
       // K̃ᵀ and Q̃ᵀ: kt[c·W + j] = k̃_{i0+j}[c] (keys as lanes); qt likewise, so that the W
       // rows' broadcasts are constant offsets from one pointer.
       row_prefetcher pf{};
-      if (const index_t ahead = i0 + prefetch_chunks * W; ahead + W <= full) pf = row_prefetcher(p, ahead, W);
+      if (const index_t ahead = i0 + prefetch_chunks * W; ahead + W <= full) pf = row_prefetcher(p, ahead, W, !stream);
       transpose_rows(k, ks, kt);
       transpose_rows(q, qs, qt);
       // a_t = (Q̃K̃ᵀ)_t ⊙ D_t
@@ -534,7 +571,8 @@ struct linear_run {
         }
       }
       const T* vb = v_rows(i0, i0 + W, nullptr);
-      chunk_out(qt, vb, at, has_state, decays ? wq : nullptr, normalise ? inv : nullptr, p.out.row(i0), os, pf);
+      if (stream) chunk_out<true>(qt, vb, at, has_state, decays ? wq : nullptr, normalise ? inv : nullptr, p.out.row(i0), os, pf);
+      else chunk_out<false>(qt, vb, at, has_state, decays ? wq : nullptr, normalise ? inv : nullptr, p.out.row(i0), os, pf);
       // fold the chunk's keys: S = λ^{Δ}·S + Σ_j λ^{W−1−j} k̃_j v_jᵀ
       const position_t p_new = qp[i0 + W - 1];
       const T rescale = has_state && decays ? rescale_factor(p_new - last) : T(1);
@@ -552,6 +590,7 @@ struct linear_run {
       last = p_new;
       count += W;
     }
+    if (stream) compat::stream_fence();
     return full;
   }
 
@@ -571,6 +610,7 @@ struct linear_run {
 
   /// out rows [0, W) = (λ^{s−last}·Q̃·S + A·V) [· 1/den], one column vector at a time, the W
   /// rows as W accumulators; A is lower triangular, so row t takes only keys j ≤ t.
+  template <bool Stream>
   void chunk_out(const T* qt, const T* vb, const T* at, bool has_state, const T* wq, const T* inv, T* out,
                  index_t os, row_prefetcher& pf) const {
     using B = xsimd::batch<T, A>;
@@ -618,7 +658,8 @@ struct linear_run {
       LRPE_UNROLL
       for (index_t t = 0; t < W; ++t) {
         if (inv != nullptr) acc[t] *= B(inv[t]);
-        acc[t].store_unaligned(out + t * os + b);
+        if constexpr (Stream) compat::store_stream(acc[t], out + t * os + b);
+        else acc[t].store_unaligned(out + t * os + b);
       }
     }
   }
