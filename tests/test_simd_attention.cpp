@@ -12,10 +12,13 @@
 
 #include <lrpe/simd.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <numeric>
 #include <optional>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -703,6 +706,34 @@ TEST_CASE("simd: two threads sharing one pool get the results of a pool each") {
   b.join();
   CHECK(wrong_a == 0);
   CHECK(wrong_b == 0);
+}
+
+TEST_CASE("simd_threads: every item once per run, whether the worker is spinning or asleep; spin < 0 is an error") {
+  // spin 0: the worker always sleeps (the condition variable path); 50 ms: a run that follows
+  // within that finds it spinning. Runs back to back and after a pause longer than the spin.
+  using namespace std::chrono_literals;
+  for (const auto spin : {std::chrono::microseconds{0}, std::chrono::microseconds{50'000}}) {
+    CAPTURE(spin.count());
+    lrpe::backend::simd_threads pool(2, spin);
+    for (int r = 0; r < 40; ++r) {
+      const index_t count = 1 + r % 9;
+      std::vector<std::atomic<int>> hits(static_cast<std::size_t>(count));
+      std::atomic<int> on_worker{0};
+      pool.run(count, [&](index_t i, int t) {
+        hits[static_cast<std::size_t>(i)].fetch_add(1);
+        if (t == 1) on_worker.fetch_add(1);
+      });
+      for (const auto& h : hits) CHECK(h.load() == 1);
+      if (r % 10 == 9) std::this_thread::sleep_for(2ms);  // past a 0 µs spin; within the 50 ms one
+    }
+    // an exception in a task reaches the caller, and the pool runs the next call
+    CHECK_THROWS_AS(pool.run(4, [](index_t i, int) { if (i == 2) throw std::runtime_error("task"); }), std::runtime_error);
+    std::atomic<int> after{0};
+    pool.run(5, [&](index_t, int) { after.fetch_add(1); });
+    CHECK(after.load() == 5);
+  }
+  CHECK_THROWS_WITH_AS(lrpe::backend::simd_threads(2, std::chrono::microseconds{-1}),
+                       doctest::Contains("argument 'spin' must be >= 0"), lrpe::parameter_error);
 }
 
 TEST_CASE_TEMPLATE("softmax decode with grouped K/V: the group's rows in one call == each head's own call", T, float,
