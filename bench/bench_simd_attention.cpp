@@ -11,7 +11,7 @@
 //
 // Memory discipline: every kernel runs once before timing (steady state), then reports
 // `minflt_per_call` (getrusage minor page faults per call) and `big_allocs_per_call` (heap
-// allocations > 64 KiB per call, malloc interposed on glibc).
+// allocations > 64 KiB per call: malloc, aligned_alloc and posix_memalign interposed on glibc).
 //
 // Peers in the same run: the reference backend, and plain Eigen attention (S = QKᵀ, row softmax,
 // SV into preallocated matrices). PyTorch: bench/torch_peer.py. Tables: bench/summary.py.
@@ -28,8 +28,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
 #include <new>
+#include <thread>
 #include <vector>
 
 #if defined(__AVX512F__) || defined(__AVX2__) || defined(__SSE2__)

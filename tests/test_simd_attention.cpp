@@ -718,11 +718,12 @@ TEST_CASE("simd_threads: every item once per run, whether the worker is spinning
     for (int r = 0; r < 40; ++r) {
       const index_t count = 1 + r % 9;
       std::vector<std::atomic<int>> hits(static_cast<std::size_t>(count));
-      std::atomic<int> on_worker{0};
+      std::atomic<int> bad_thread{0};
       pool.run(count, [&](index_t i, int t) {
         hits[static_cast<std::size_t>(i)].fetch_add(1);
-        if (t == 1) on_worker.fetch_add(1);
+        if (t < 0 || t >= pool.size()) bad_thread.fetch_add(1);
       });
+      CHECK(bad_thread.load() == 0);
       for (const auto& h : hits) CHECK(h.load() == 1);
       if (r % 10 == 9) std::this_thread::sleep_for(2ms);  // past a 0 µs spin; within the 50 ms one
     }
