@@ -7,7 +7,9 @@
 // 12 on AVX2/FMA or SSE, where 16 would spill), on 1 and 2 threads; `anchor_copy_stream`
 // (2×256 MiB memcpy); `anchor_copy_l3` (4 MiB → 4 MiB). Every kernel reports `GFLOPs` (useful
 // flops: 4·n²·d per head for softmax, half of it (n(n+1)/2 pairs) causal; 4·n·d² for linear)
-// and `frac_peak` = GFLOPs / the FMA anchor with the same thread count.
+// and `frac_peak` = GFLOPs / the FMA anchor with the same thread count. Google Benchmark's times
+// are means over a repetition's calls; `t_call_median` (seconds) is the median single call, the
+// statistic of the peers' scripts, and `frac_peak_call` its fraction of the anchor's median call.
 //
 // Memory discipline: every kernel runs once before timing (steady state), then reports
 // `minflt_per_call` (getrusage minor page faults per call) and `big_allocs_per_call` (heap
@@ -68,7 +70,8 @@ using T = float;
 using lrpe::index_t;
 constexpr index_t heads = 8, d = 64;
 
-double g_fma_peak[3] = {0, 0, 0};  // GFLOP/s with 1 and 2 threads (index = threads)
+double g_fma_peak[3] = {0, 0, 0};       // GFLOP/s with 1 and 2 threads (index = threads), mean
+double g_fma_peak_call[3] = {0, 0, 0};  // the same from the median single call
 double g_copy_stream = 0, g_copy_l3 = 0;  // GB/s (bytes read + written) of the copy anchors
 
 // ------------------------------------------------------------------------------ anchors
@@ -115,17 +118,26 @@ double fma_loop(long iters) {
 void anchor_fma(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   constexpr long iters = 20'000'000;
-  double flops = 0;
+  double flops = 0, per_call = 0;
+  std::vector<double> call_secs;
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
+    const auto tc = std::chrono::steady_clock::now();
     std::vector<std::thread> extra;
     for (int t = 1; t < threads; ++t) extra.emplace_back([] { fma_loop(iters); });
-    flops += fma_loop(iters) * threads;
+    per_call = fma_loop(iters) * threads;
     for (auto& t : extra) t.join();
+    flops += per_call;
+    call_secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - tc).count());
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   g_fma_peak[threads] = flops / secs * 1e-9;  // the anchor of every later kernel with this many threads
+  std::ranges::sort(call_secs);
+  const std::size_t m = call_secs.size();
+  const double median = m % 2 != 0 ? call_secs[m / 2] : 0.5 * (call_secs[m / 2 - 1] + call_secs[m / 2]);
+  g_fma_peak_call[threads] = per_call / median * 1e-9;
   state.counters["GFLOPs"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsRate);
+  state.counters["GFLOPs_call_median"] = g_fma_peak_call[threads];
 }
 
 void anchor_copy(benchmark::State& state) {
@@ -186,26 +198,54 @@ long minflt() {
   return u.ru_minflt;
 }
 
+// Per-call wall times of the running benchmark, for `t_call_median`: the statistic the peers'
+// scripts report (the median of single calls), so that ratios against them compare alike.
+// Google Benchmark's own times are means over each repetition's calls, in which one preempted
+// call counts in full. A fixed array (touched before the page-fault count starts): the first
+// `call_log_size` calls of a repetition are logged, which is every call of the slow kernels.
+constexpr std::size_t call_log_size = 1 << 14;
+double g_call_log[call_log_size];
+
+/// The median of the first `calls` entries of the call log (reorders them).
+double call_log_median(std::size_t calls) {
+  const std::size_t m = std::min(calls, call_log_size);
+  if (m == 0) return 0;
+  double* mid = g_call_log + m / 2;
+  std::nth_element(g_call_log, mid, g_call_log + m);
+  if (m % 2 != 0) return *mid;
+  return 0.5 * (*mid + *std::max_element(g_call_log, mid));
+}
+
 /// Times `call` (after one untimed warm-up call) and sets the common counters; returns the
-/// seconds per call.
+/// seconds per call (the repetition's mean). `t_call_median` is the median single call in
+/// seconds, `frac_peak_call` its fraction of the FMA anchor's own median call.
 template <class F>
 double run_timed(benchmark::State& state, double flops_per_call, int threads, F&& call) {
   call();  // steady state: workspaces sized, pages touched
+  std::fill(std::begin(g_call_log), std::end(g_call_log), 0.0);
+  std::size_t logged = 0;
   const long f0 = minflt();
   const std::size_t a0 = g_big_allocs.load();
   const auto t0 = std::chrono::steady_clock::now();
+  auto tc = t0;
   for (auto _ : state) {
     call();
     benchmark::ClobberMemory();
+    const auto now = std::chrono::steady_clock::now();
+    if (logged < call_log_size) g_call_log[logged++] = std::chrono::duration<double>(now - tc).count();
+    tc = now;
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double calls = static_cast<double>(state.iterations());
+  const double median = call_log_median(logged);
   state.counters["minflt_per_call"] = static_cast<double>(minflt() - f0) / calls;
   state.counters["big_allocs_per_call"] = static_cast<double>(g_big_allocs.load() - a0) / calls;
   state.counters["GFLOPs"] = benchmark::Counter(flops_per_call * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["threads"] = threads;
-  const double peak = g_fma_peak[threads];
+  state.counters["t_call_median"] = median;
+  const double peak = g_fma_peak[threads], peak_call = g_fma_peak_call[threads];
   if (peak > 0) state.counters["frac_peak"] = flops_per_call * calls / secs * 1e-9 / peak;
+  if (peak_call > 0 && median > 0) state.counters["frac_peak_call"] = flops_per_call / median * 1e-9 / peak_call;
   return secs / calls;
 }
 

@@ -8,9 +8,12 @@ Usage:
   bench/ggml_peer.sh --out build/ggml_peer.json
   python3 bench/summary.py build/simd_attention.json [build/torch_peer.json] [--ggml build/ggml_peer.json] [--markdown]
 
-Times are medians over repetitions when the run has aggregates (else the mean of the runs),
-wall-clock (real_time). `frac_peak` is GFLOP/s over the in-run FMA anchor with the same number of
-threads. Checks against the issue-6 targets are printed below the table. The ggml column is the
+Times are wall-clock medians of single calls (the bench's `t_call_median` counter, itself the
+median over repetitions when the run has aggregates): the statistic torch_peer.py and ggml_peer
+report, so that the ratios compare alike. `--rep-means` uses Google Benchmark's own times instead
+(each repetition's mean over its calls, a preempted call counted in full; medians over
+repetitions), as the tables before 2026-11-27 did. `frac_peak` is GFLOP/s over the in-run FMA anchor with the same number of
+threads, both taken with the same statistic. Checks against the issue-6 targets are printed below the table. The ggml column is the
 faster of ggml's flash attention with F32 and with F16 K/V (llama.cpp's default cache type).
 """
 import json
@@ -21,6 +24,8 @@ import sys
 # --cpu: use the main thread's CPU time instead of wall time (robust on a shared, loaded machine;
 # meaningful for 1-thread rows and the anchors only: a pool's worker time is not counted)
 USE_CPU = "--cpu" in sys.argv
+# --rep-means: Google Benchmark's per-repetition means instead of the median single call
+USE_MEANS = USE_CPU or "--rep-means" in sys.argv
 
 
 def load_bench(path):
@@ -40,6 +45,14 @@ def load_bench(path):
         scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[use.get("time_unit", "ns")]
         rec = dict(use)
         rec["seconds"] = use["cpu_time" if USE_CPU else "real_time"] * scale
+        if not USE_MEANS and use.get("t_call_median"):
+            rec["seconds"] = use["t_call_median"]
+            if "frac_peak_call" in use:
+                rec["frac_peak"] = use["frac_peak_call"]
+            if "GFLOPs" in use and use.get("real_time"):
+                rec["GFLOPs"] = use["GFLOPs"] * use["real_time"] * scale / rec["seconds"]
+        if not USE_MEANS and "GFLOPs_call_median" in use:  # the FMA anchor
+            rec["GFLOPs"] = use["GFLOPs_call_median"]
         out[name] = rec
     return data.get("context", {}), out
 
