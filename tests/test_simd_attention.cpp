@@ -1004,6 +1004,53 @@ TEST_CASE_TEMPLATE("linear attention, reference and SIMD: a NaN in q or k makes 
   }
 }
 
+TEST_CASE_TEMPLATE("linear attention, reference and SIMD: a NaN or Inf in v reaches exactly the rows that see its key",
+                   T, float, double) {
+  // d = d_v = 32 reaches the one-vector chunks for float on AVX-512 as well (f and d_v
+  // multiples of W), d_v = 24 the general path there; value row 40 sits inside the chunk of
+  // rows 32–47, whose intra-chunk product must skip it for rows 32–39 rather than multiply it
+  // by A's zeros (0·NaN = 0·Inf = NaN). Causal, with and without a decay, both normalisations.
+  const index_t n = 100, d = 32, poisoned = 40;
+  for (const index_t dv : {index_t{24}, index_t{32}}) {
+    lrpe::generator g(0x5AA7 + static_cast<std::uint64_t>(dv));
+    const rm<T> q = random_matrix<T>(g, n, d), k = random_matrix<T>(g, n, d), v = random_matrix<T>(g, n, dv);
+    for (const T bad : {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity()}) {
+      rm<T> vv = v;
+      vv(poisoned, 5) = bad;
+      for (const auto norm : {lrpe::normalisation::none, lrpe::normalisation::denominator}) {
+        for (const double decay : {1.0, 0.97}) {
+          for (const bool simd : {false, true}) {
+            INFO("dv " << dv << ", " << bad << ", norm " << static_cast<int>(norm) << ", decay " << decay << ", simd "
+                       << simd);
+            const lrpe::linear_options opt{.causal = true, .norm = norm, .decay = decay};
+            const auto run = [&](const rm<T>& values) {
+              rm<T> out(n, dv);
+              out.setConstant(T(123));
+              if (simd) {
+                lrpe::linear_attention(q, k, values, out, lrpe::no_encoding{}, lrpe::feature_maps::elu_plus_one{}, opt,
+                                       lrpe::backend::simd<>{});
+              } else {
+                lrpe::linear_attention(q, k, values, out, lrpe::no_encoding{}, lrpe::feature_maps::elu_plus_one{}, opt);
+              }
+              return out;
+            };
+            const rm<T> clean = run(v), out = run(vv);
+            for (index_t i = 0; i < n; ++i) {
+              INFO("row " << i);
+              if (i < poisoned) {
+                CHECK((out.row(i).array() == clean.row(i).array()).all());
+              } else {
+                CHECK(!std::isfinite(out(i, 5)));  // the poisoned column: NaN, or ±Inf from an Inf
+                CHECK((out.row(i).array().isFinite() == clean.row(i).array().isFinite()).head(5).all());
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE_TEMPLATE("simd linear attention, every LRPE preset and feature map: == reference", T, float, double) {
   const std::uint64_t seed = 0x51D0'0011;
   MESSAGE("seed = " << seed);

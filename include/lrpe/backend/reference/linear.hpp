@@ -126,20 +126,24 @@ void linear_kernel(reference, const linear_problem<T>& p, linear_attention_state
       }
     }
 
-    // intra-chunk: keys with lo < pos ≤ hi, masked pos_t ≤ pos_s, weighted λ^{pos_s − pos_t}
+    // intra-chunk: keys with lo < pos ≤ hi, masked pos_t ≤ pos_s, weighted λ^{pos_s − pos_t}.
+    // Row i's visible keys are a prefix (positions are non-decreasing); its product runs over
+    // that prefix only, so that an Inf or NaN in a later key's value does not reach it through
+    // a masked weight (0·Inf = NaN).
     index_t ke = folded;
     while (ke < nk && kp[ke] <= hi) ++ke;
     if (ke > folded) {
       a.noalias() = Q * detail::rows_map(p.kf, folded, ke).transpose();
+      const auto V = detail::rows_map(p.v, folded, ke);
       for (index_t i = 0; i < bq; ++i) {
         const position_t s = qp[i0 + i];
-        for (index_t j = 0; j < ke - folded; ++j) {
-          const position_t t = kp[folded + j];
-          a(i, j) = t > s ? T(0) : a(i, j) * static_cast<T>(state->decay_factor(s - t));
-        }
+        index_t vis = 0;
+        while (vis < ke - folded && kp[folded + vis] <= s) ++vis;
+        for (index_t j = 0; j < vis; ++j) a(i, j) *= static_cast<T>(state->decay_factor(s - kp[folded + j]));
+        if (vis == 0) continue;
+        num.row(i).noalias() += a.row(i).head(vis) * V.topRows(vis);
+        den[i] += a.row(i).head(vis).sum();
       }
-      num.noalias() += a * detail::rows_map(p.v, folded, ke);
-      den.noalias() += a.rowwise().sum();
     }
     detail::write_normalised(p, i0, num, den);
   }

@@ -699,6 +699,14 @@ struct linear_run {
     }
   }
 
+  /// y[0, dvp) += a·x[0, dvp) (aligned rows of whole vectors).
+  void row_axpy(T a, const T* x, T* y) const noexcept {
+    using B = xsimd::batch<T, A>;
+    constexpr index_t W = B::size;
+    const B ab(a);
+    for (index_t c = 0; c < dvp; c += W) xsimd::fma(ab, B::load_aligned(x + c), B::load_aligned(y + c)).store_aligned(y + c);
+  }
+
   /**
    * acc += A·V and den += Σ_t A over keys [k_begin, k_end) for the chunk's query rows
    * [i0, i0 + bq), A = Q̃K̃ᵀ ⊙ (t ≤ s) ⊙ λ^{s−t}. With key positions as offsets, each row sees
@@ -742,12 +750,14 @@ struct linear_run {
         const T* qg = i < bq_full ? p.qf.row(i0 + i) : qt;
         const index_t qs = i < bq_full ? p.qf.row_stride : f;
         qk_micro_prefix<R, T, A>(nk_g, qg, qs, kt, f, ag, BK);
-        // mask t ≤ s and weight λ^{s−t}
+        // mask t ≤ s and weight λ^{s−t}; row r sees the prefix of vis_row[r] keys (positions
+        // are non-decreasing)
+        index_t vis_row[R];
         for (index_t r = 0; r < rows; ++r) {
           const position_t s = qp[i0 + i + r];
           T* arow = ag + r * BK;
           if (offsets) {
-            const index_t vis = visible_prefix(s, kp[j0], nk_g);
+            const index_t vis = vis_row[r] = visible_prefix(s, kp[j0], nk_g);
             std::fill(arow + vis, arow + nk_g, T(0));
             if (lambda != 1.0) {
               const position_t delta0 = s - kp[j0];  // Δ of key j is delta0 − j ≥ 0 for j < vis
@@ -757,8 +767,10 @@ struct linear_run {
               }
             }
           } else {
+            vis_row[r] = 0;
             for (index_t j = 0; j < bk; ++j) {
               const position_t delta = s - kp[j0 + j];
+              if (delta >= 0) vis_row[r] = j + 1;
               T a = delta < 0 ? T(0) : arow[j];
               if (delta > 0 && lambda != 1.0)
                 a *= delta < table_size ? pow_table[delta] : static_cast<T>(decay_pow(lambda, delta));
@@ -767,8 +779,17 @@ struct linear_run {
           }
           if (normalise) den[i + r] += row_sum<T, A>(arow, nk_g);
         }
-        if (rows == R) pv_rows<R, T, A>(ag, BK, 1, ones, vb, dvp, nk_g, acc + i * dvp);
-        else pv_remainder<R - 1, T, A>(rows, ag, BK, 1, ones, vb, dvp, nk_g, acc + i * dvp);
+        // the keys every row of the group sees as one product, then each row's own: masked
+        // weights are never multiplied, so that an Inf or NaN in a later key's value does not
+        // reach the rows before it (0·Inf = NaN)
+        const index_t common = *std::min_element(vis_row, vis_row + rows);
+        if (common > 0) {
+          if (rows == R) pv_rows<R, T, A>(ag, BK, 1, ones, vb, dvp, common, acc + i * dvp);
+          else pv_remainder<R - 1, T, A>(rows, ag, BK, 1, ones, vb, dvp, common, acc + i * dvp);
+        }
+        for (index_t r = 0; r < rows; ++r) {
+          for (index_t j = common; j < vis_row[r]; ++j) row_axpy(ag[r * BK + j], vb + j * dvp, acc + (i + r) * dvp);
+        }
       }
     }
   }
