@@ -489,10 +489,16 @@ struct linear_run {
    * chunk's keys are one vector, so the intra-chunk part costs W/(2f) of the state part
    * instead of C/(2f), and with no row-group remainder. Per chunk, rows s = i0 + t:
    *
-   *     K̃ᵀ   = one W×W transpose per W features (the chunk's keys as lanes)
-   *     a_t  = (Σ_c q̃_t[c] K̃ᵀ[c]) ⊙ D_t,   D_t[j] = λ^{t−j} for j ≤ t, else 0
-   *     o_t  = λ^{s−last}·q̃_t·S + Σ_{j≤t} a_t[j]·v_j      (per column vector, W rows at once)
-   *     S    = λ^{Δ}·S + Σ_j λ^{W−1−j} k̃_j v_jᵀ,  z likewise (the chunk's keys fold in last)
+   *     Q̃ᵀ   = one W×W transpose per W features (the chunk's rows as lanes)
+   *     Aᵀ_j = (Σ_c k̃_j[c] Q̃ᵀ[c]) ⊙ D_j,   D_j[t] = λ^{t−j} for t ≥ j, else 0
+   *     o_t  = λ^{s−last}·q̃_t·S + Σ_{j≤t} A[t][j]·v_j     (4 rows × 4 column vectors at once)
+   *     S    = λ^{Δ}·S + Σ_j k̃_j (λ^{W−1−j} v_j)ᵀ,  z likewise (the chunk's keys fold in last)
+   *
+   * A is formed with the keys as rows (broadcasts from K̃'s own rows) and the fold broadcasts
+   * K̃ as well, so that K̃ is never transposed. The products run in `chunk_block` register
+   * blocks. Xeon host, n = 4096 / 8192, 1 thread, alternating binaries, medians of 40 calls:
+   * 4.84–4.99 → 4.55–4.61 ms and 10.2–10.4 → 9.8–9.9 ms (a transpose and most operand loads
+   * fewer; one row by one column vector loaded 17 operands per 16 FMAs).
    *
    * `options.chunk` does not apply here: C = W measured fastest (n = 4096, f = d_v = 64, one
    * thread: 8.1 ms against 11.5–12.1 ms for C = 16–64 on the general path). Returns the rows
@@ -517,13 +523,12 @@ struct linear_run {
     T* den = wq + W;
     T* inv = den + W;
     for (index_t e = 0; e < 2 * W; ++e) pw[e] = static_cast<T>(decay_pow(lambda, e));
-    for (index_t t = 0; t < W; ++t)
-      for (index_t j = 0; j < W; ++j) dmask[t * W + j] = j <= t ? pw[t - j] : T(0);
+    for (index_t j = 0; j < W; ++j)
+      for (index_t t = 0; t < W; ++t) dmask[j * W + t] = j <= t ? pw[t - j] : T(0);
     for (index_t j = 0; j < W; ++j) wfold[j] = pw[W - 1 - j];
     alignas(64) T lane_index[W];
     for (index_t j = 0; j < W; ++j) lane_index[j] = static_cast<T>(j);
     const B lane = B::load_aligned(lane_index);
-    T* kt = ws.get<T>(simd_workspace::k_packed, f * W);
     T* at = ws.get<T>(simd_workspace::s_tile, W * W);
     T* qt = ws.get<T>(simd_workspace::q_tile, f * W);
     const index_t os = p.out.row_stride;
@@ -538,31 +543,44 @@ struct linear_run {
         for (index_t t = 0; t < W; ++t)
           wq[t] = delta0 + t < 2 * W ? pw[delta0 + t] : static_cast<T>(decay_pow(lambda, delta0 + t));
       }
-      // K̃ᵀ and Q̃ᵀ: kt[c·W + j] = k̃_{i0+j}[c] (keys as lanes); qt likewise, so that the W
-      // rows' broadcasts are constant offsets from one pointer.
+      // Q̃ᵀ: qt[c·W + t] = q̃_{i0+t}[c] (the chunk's rows as lanes). K̃ stays as it is: A's and
+      // the fold's broadcasts read its rows, so that one W×W transpose per W features is all the
+      // chunk shuffles (a second one, for K̃ᵀ, took ~3 % of the kernel on port 5).
       row_prefetcher pf{};
       if (const index_t ahead = i0 + prefetch_chunks * W; ahead + W <= full) pf = row_prefetcher(p, ahead, W, !stream);
-      transpose_rows(k, ks, kt);
       transpose_rows(q, qs, qt);
-      // a_t = (Q̃K̃ᵀ)_t ⊙ D_t
+      // Aᵀ: at[j·W + t] = (q̃_t · k̃_j) ⊙ D_t[j], keys j as rows and the chunk's rows t as lanes
       {
-        B a[W];
-        LRPE_UNROLL
-        for (index_t t = 0; t < W; ++t) a[t] = B(T(0));
-        for (index_t c = 0; c < f; ++c) {
-          const B kc = B::load_aligned(kt + c * W);
-          const T* qc = qt + c * W;
+        // 4 keys at a time (4 row pointers: 8 spilled), the features in even and odd halves:
+        // 8 FMA chains cover the latency; f is a multiple of W, so even
+        constexpr index_t JB = W < 4 ? W : 4;
+        B den_t(T(0));
+        for (index_t j0 = 0; j0 < W; j0 += JB) {
+          B a[JB], a_odd[JB];
           LRPE_UNROLL
-          for (index_t t = 0; t < W; ++t) a[t] = xsimd::fma(B(qc[t]), kc, a[t]);
+          for (index_t u = 0; u < JB; ++u) a[u] = a_odd[u] = B(T(0));
+          const T* kr = k + j0 * ks;
+          for (index_t c = 0; c < f; c += 2) {
+            const B qc = B::load_aligned(qt + c * W), qc_odd = B::load_aligned(qt + (c + 1) * W);
+            LRPE_UNROLL
+            for (index_t u = 0; u < JB; ++u) {
+              a[u] = xsimd::fma(B(kr[u * ks + c]), qc, a[u]);
+              a_odd[u] = xsimd::fma(B(kr[u * ks + c + 1]), qc_odd, a_odd[u]);
+            }
+          }
+          LRPE_UNROLL
+          for (index_t u = 0; u < JB; ++u) a[u] += a_odd[u];
+          LRPE_UNROLL
+          for (index_t u = 0; u < JB; ++u) {
+            const index_t j = j0 + u;
+            // rows before key j cleared by a select, not only by D's zeros: 0·NaN would carry
+            // a NaN key back to the rows before it
+            a[u] = xsimd::select(lane >= B(static_cast<T>(j)), a[u] * B::load_aligned(dmask + j * W), B(T(0)));
+            a[u].store_aligned(at + j * W);
+            if (normalise) den_t += a[u];
+          }
         }
-        LRPE_UNROLL
-        for (index_t t = 0; t < W; ++t) {
-          // keys after row t cleared by a select, not only by D's zeros: 0·NaN would carry a
-          // NaN key back to the rows before it
-          a[t] = xsimd::select(lane <= B(T(t)), a[t] * B::load_aligned(dmask + t * W), B(T(0)));
-          a[t].store_aligned(at + t * W);
-          if (normalise) den[t] = compat::reduce_add(a[t]);
-        }
+        if (normalise) den_t.store_aligned(den);
       }
       if (normalise) {
         for (index_t t = 0; t < W; ++t) {
@@ -573,14 +591,20 @@ struct linear_run {
       const T* vb = v_rows(i0, i0 + W, nullptr);
       if (stream) chunk_out<true>(qt, vb, at, has_state, decays ? wq : nullptr, normalise ? inv : nullptr, p.out.row(i0), os, pf);
       else chunk_out<false>(qt, vb, at, has_state, decays ? wq : nullptr, normalise ? inv : nullptr, p.out.row(i0), os, pf);
-      // fold the chunk's keys: S = λ^{Δ}·S + Σ_j λ^{W−1−j} k̃_j v_jᵀ
+      // fold the chunk's keys: S = λ^{Δ}·S + Σ_j k̃_j (λ^{W−1−j} v_j)ᵀ, the weighted V rows
+      // behind the chunk's in vblock (which holds linear_key_block ≥ 2W rows)
       const position_t p_new = qp[i0 + W - 1];
       const T rescale = has_state && decays ? rescale_factor(p_new - last) : T(1);
+      const T* vf = vb;
       if (decays) {
-        const B wv = B::load_aligned(wfold);
-        for (index_t c = 0; c < f; ++c) (B::load_aligned(kt + c * W) * wv).store_aligned(kt + c * W);
+        T* vw = vblock + W * dvp;
+        for (index_t j = 0; j < W; ++j) {
+          const B w(wfold[j]);
+          for (index_t c = 0; c < dvp; c += W) (B::load_aligned(vb + j * dvp + c) * w).store_aligned(vw + j * dvp + c);
+        }
+        vf = vw;
       }
-      chunk_fold(kt, vb, rescale);
+      chunk_fold(k, ks, vf, rescale);
       pf.finish();
       for (index_t c = 0; c < f; c += W) {
         B zc = B::load_aligned(z + c) * B(rescale);
@@ -608,93 +632,164 @@ struct linear_run {
     }
   }
 
-  /// out rows [0, W) = (λ^{s−last}·Q̃·S + A·V) [· 1/den], one column vector at a time, the W
-  /// rows as W accumulators; A is lower triangular, so row t takes only keys j ≤ t.
+  /// Register blocks of the one-vector chunk's products (`chunk_out`, `chunk_fold`): `rows`
+  /// rows of a W×W (or f×W) operand by `cols` column vectors of V or S, so that each step of
+  /// the inner dimension loads `cols` vectors and broadcasts `rows` scalars for rows·cols FMAs.
+  /// One row by one column vector (what these loops did before) loads 17 operands per 16 FMAs,
+  /// more than the two load ports of current x86 cores issue beside two FMAs a cycle.
+  /// 4 × 4 on AVX-512 (16 accumulators of 32 registers), 4 × 2 with 16 registers.
+  struct chunk_block {
+    static constexpr index_t W = xsimd::batch<T, A>::size;
+    static constexpr index_t rows = W < 4 ? W : 4;
+    static constexpr index_t cols = W >= 16 ? 4 : 2;
+  };
+
+  /// out rows [0, W) = (λ^{s−last}·Q̃·S + A·V) [· 1/den]: blocks of `chunk_block::rows` rows
+  /// by `cols` column vectors (fewer at the right edge when d_v/W is not a multiple); A is lower
+  /// triangular, so row t takes only keys j ≤ t.
   template <bool Stream>
   void chunk_out(const T* qt, const T* vb, const T* at, bool has_state, const T* wq, const T* inv, T* out,
                  index_t os, row_prefetcher& pf) const {
     using B = xsimd::batch<T, A>;
-    constexpr index_t W = B::size;
+    constexpr index_t W = B::size, NB = chunk_block::cols;
+    index_t b = 0;
+    for (; b + NB * W <= dv; b += NB * W) chunk_out_block<Stream, NB>(b, qt, vb, at, has_state, wq, inv, out, os, pf);
+    for (; b < dv; b += W) chunk_out_block<Stream, 1>(b, qt, vb, at, has_state, wq, inv, out, os, pf);
+  }
+
+  /// `chunk_out` for the NB column vectors from column b.
+  template <bool Stream, index_t NB>
+  LRPE_ALWAYS_INLINE void chunk_out_block(index_t b, const T* qt, const T* vb, const T* at, bool has_state,
+                                          const T* wq, const T* inv, T* out, index_t os, row_prefetcher& pf) const {
+    using B = xsimd::batch<T, A>;
+    constexpr index_t W = B::size, RB = chunk_block::rows;
     // Members into locals: the vector stores may alias anything (the intrinsics' types are
     // may_alias), which otherwise reloads S and dvp from `this` after every store.
-    const T* const S_ = S;
-    const index_t dvp_ = dvp, f_ = f, dv_ = dv;
-    for (index_t b = 0; b < dv_; b += W) {
-      B acc[W];
+    const T* const sb = S + b;
+    const T* const vbb = vb + b;
+    const index_t dvp_ = dvp, f_ = f;
+    for (index_t t0 = 0; t0 < W; t0 += RB) {
+      B acc[RB][NB];
       LRPE_UNROLL
-      for (index_t t = 0; t < W; ++t) acc[t] = B(T(0));
+      for (index_t r = 0; r < RB; ++r) {
+        LRPE_UNROLL
+        for (index_t k = 0; k < NB; ++k) acc[r][k] = B(T(0));
+      }
+      const auto state_row = [&](index_t c) LRPE_ALWAYS_INLINE_LAMBDA {
+        B sc[NB];
+        LRPE_UNROLL
+        for (index_t k = 0; k < NB; ++k) sc[k] = B::load_aligned(sb + c * dvp_ + k * W);
+        const T* qc = qt + c * W + t0;
+        LRPE_UNROLL
+        for (index_t r = 0; r < RB; ++r) {
+          const B qr(qc[r]);
+          LRPE_UNROLL
+          for (index_t k = 0; k < NB; ++k) acc[r][k] = xsimd::fma(qr, sc[k], acc[r][k]);
+        }
+      };
       if (has_state) {
-        const T* sb = S_ + b;
         index_t c = 0;
-        // 4 state rows per step and one prefetch row; the loop below takes the rest (f mod 4
-        // is 0 for W ≥ 4, but not for W = 2: SSE2 or NEON double)
+        // 4 state rows per prefetch row; the loop below takes the rest (f mod 4 is 0 for
+        // W ≥ 4, but not for W = 2: SSE2 or NEON double)
         for (; c + 4 <= f_; c += 4) {
           pf.step();
           LRPE_UNROLL
-          for (index_t u = 0; u < 4; ++u) {
-            const B sc = B::load_aligned(sb + (c + u) * dvp_);
-            const T* qc = qt + (c + u) * W;
-            LRPE_UNROLL
-            for (index_t t = 0; t < W; ++t) acc[t] = xsimd::fma(B(qc[t]), sc, acc[t]);
-          }
+          for (index_t u = 0; u < 4; ++u) state_row(c + u);
         }
-        for (; c < f_; ++c) {
-          const B sc = B::load_aligned(sb + c * dvp_);
-          const T* qc = qt + c * W;
-          LRPE_UNROLL
-          for (index_t t = 0; t < W; ++t) acc[t] = xsimd::fma(B(qc[t]), sc, acc[t]);
-        }
+        for (; c < f_; ++c) state_row(c);
         if (wq != nullptr) {
           LRPE_UNROLL
-          for (index_t t = 0; t < W; ++t) acc[t] *= B(wq[t]);
+          for (index_t r = 0; r < RB; ++r) {
+            const B w(wq[t0 + r]);
+            LRPE_UNROLL
+            for (index_t k = 0; k < NB; ++k) acc[r][k] *= w;
+          }
         }
       }
-      LRPE_UNROLL
-      for (index_t j = 0; j < W; ++j) {
-        const B vj = B::load_aligned(vb + j * dvp_ + b);
+      // keys before the block: every row of it sees them; then the block's diagonal triangle
+      // (rows from the key's own): skipping, not multiplying by A's zeros, keeps an Inf or NaN
+      // in a later value row out of earlier rows
+      const auto key = [&](index_t j, index_t r_begin) LRPE_ALWAYS_INLINE_LAMBDA {
+        B vj[NB];
         LRPE_UNROLL
-        for (index_t t = j; t < W; ++t) acc[t] = xsimd::fma(B(at[t * W + j]), vj, acc[t]);
-      }
+        for (index_t k = 0; k < NB; ++k) vj[k] = B::load_aligned(vbb + j * dvp_ + k * W);
+        LRPE_UNROLL
+        for (index_t r = 0; r < RB; ++r) {
+          if (r < r_begin) continue;
+          const B a(at[j * W + t0 + r]);
+          LRPE_UNROLL
+          for (index_t k = 0; k < NB; ++k) acc[r][k] = xsimd::fma(a, vj[k], acc[r][k]);
+        }
+      };
+      for (index_t j = 0; j < t0; ++j) key(j, 0);
       LRPE_UNROLL
-      for (index_t t = 0; t < W; ++t) {
-        if (inv != nullptr) acc[t] *= B(inv[t]);
-        if constexpr (Stream) compat::store_stream(acc[t], out + t * os + b);
-        else acc[t].store_unaligned(out + t * os + b);
+      for (index_t u = 0; u < RB; ++u) key(t0 + u, u);
+      LRPE_UNROLL
+      for (index_t r = 0; r < RB; ++r) {
+        T* o = out + (t0 + r) * os + b;
+        LRPE_UNROLL
+        for (index_t k = 0; k < NB; ++k) {
+          B x = acc[r][k];
+          if (inv != nullptr) x *= B(inv[t0 + r]);
+          if constexpr (Stream) compat::store_stream(x, o + k * W);
+          else x.store_unaligned(o + k * W);
+        }
       }
     }
   }
 
-  /// S = rescale·S + Σ_j ktw[·][j] v_jᵀ: W state rows × one column vector at a time.
-  void chunk_fold(const T* ktw, const T* vb, T rescale) {
+  /// S = rescale·S + Σ_j k̃_j v_jᵀ over the chunk's W keys (k̃_j = k + j·ks, v_j rows of vb
+  /// dvp apart), in `chunk_block` register blocks.
+  void chunk_fold(const T* k, index_t ks, const T* vb, T rescale) {
     // rescale = 1 (no decay, or the first chunk) skips the product, which is exact then: the
     // same bits without 16 multiplies per 256 FMAs
-    if (rescale == T(1)) chunk_fold_rows<false>(ktw, vb, rescale);
-    else chunk_fold_rows<true>(ktw, vb, rescale);
+    if (rescale == T(1)) chunk_fold_cols<false>(k, ks, vb, rescale);
+    else chunk_fold_cols<true>(k, ks, vb, rescale);
   }
 
   template <bool Rescale>
-  void chunk_fold_rows(const T* ktw, const T* vb, T rescale) {
+  void chunk_fold_cols(const T* k, index_t ks, const T* vb, T rescale) {
     using B = xsimd::batch<T, A>;
-    constexpr index_t W = B::size;
-    T* const S_ = S;  // locals: see chunk_out
-    const index_t dvp_ = dvp, f_ = f, dv_ = dv;
-    for (index_t b = 0; b < dv_; b += W) {
-      for (index_t c0 = 0; c0 < f_; c0 += W) {
-        T* sr = S_ + c0 * dvp_ + b;
-        B acc[W];
+    constexpr index_t W = B::size, NB = chunk_block::cols;
+    index_t b = 0;
+    for (; b + NB * W <= dv; b += NB * W) chunk_fold_block<Rescale, NB>(b, k, ks, vb, rescale);
+    for (; b < dv; b += W) chunk_fold_block<Rescale, 1>(b, k, ks, vb, rescale);
+  }
+
+  /// `chunk_fold` for the NB column vectors from column b.
+  template <bool Rescale, index_t NB>
+  LRPE_ALWAYS_INLINE void chunk_fold_block(index_t b, const T* k, index_t ks, const T* vb, T rescale) {
+    using B = xsimd::batch<T, A>;
+    constexpr index_t W = B::size, RB = chunk_block::rows;
+    T* const sb = S + b;  // locals: see chunk_out_block
+    const T* const vbb = vb + b;
+    const index_t dvp_ = dvp, f_ = f;
+    for (index_t c0 = 0; c0 < f_; c0 += RB) {
+      B acc[RB][NB];
+      LRPE_UNROLL
+      for (index_t r = 0; r < RB; ++r) {
         LRPE_UNROLL
-        for (index_t r = 0; r < W; ++r) {
-          acc[r] = B::load_aligned(sr + r * dvp_);
-          if constexpr (Rescale) acc[r] *= B(rescale);
+        for (index_t u = 0; u < NB; ++u) {
+          acc[r][u] = B::load_aligned(sb + (c0 + r) * dvp_ + u * W);
+          if constexpr (Rescale) acc[r][u] *= B(rescale);
         }
+      }
+      const T* kj = k + c0;
+      for (index_t j = 0; j < W; ++j, kj += ks) {
+        B vj[NB];
         LRPE_UNROLL
-        for (index_t j = 0; j < W; ++j) {
-          const B vj = B::load_aligned(vb + j * dvp_ + b);
+        for (index_t u = 0; u < NB; ++u) vj[u] = B::load_aligned(vbb + j * dvp_ + u * W);
+        LRPE_UNROLL
+        for (index_t r = 0; r < RB; ++r) {
+          const B kc(kj[r]);
           LRPE_UNROLL
-          for (index_t r = 0; r < W; ++r) acc[r] = xsimd::fma(B(ktw[(c0 + r) * W + j]), vj, acc[r]);
+          for (index_t u = 0; u < NB; ++u) acc[r][u] = xsimd::fma(kc, vj[u], acc[r][u]);
         }
+      }
+      LRPE_UNROLL
+      for (index_t r = 0; r < RB; ++r) {
         LRPE_UNROLL
-        for (index_t r = 0; r < W; ++r) acc[r].store_aligned(sr + r * dvp_);
+        for (index_t u = 0; u < NB; ++u) acc[r][u].store_aligned(sb + (c0 + r) * dvp_ + u * W);
       }
     }
   }
