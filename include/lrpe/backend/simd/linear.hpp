@@ -279,12 +279,14 @@ struct linear_run {
     T* acc = ws.get<T>(simd_workspace::o_tile, QB * dvp);
     T* den = ws.get<T>(simd_workspace::row_stats, QB);
     const index_t nq = p.qf.rows;
-    const bool stream = streams_output();
+    const bool stream = streams_output(), normalise = p.norm == normalisation::denominator;
     for (index_t i0 = 0; i0 < nq; i0 += QB) {
       const index_t bq = std::min(QB, nq - i0);
       std::fill(acc, acc + bq * dvp, T(0));
       gemm_rows<T, A>(bq, p.qf.row(i0), p.qf.row_stride, 1, S, dvp, f, acc);
-      for (index_t i = 0; i < bq; ++i) den[i] = row_dot<T, A>(p.qf.row(i0 + i), z, f);
+      if (normalise) {  // without it the denominators are not read: ~4 % of the pass at d = 64
+        for (index_t i = 0; i < bq; ++i) den[i] = row_dot<T, A>(p.qf.row(i0 + i), z, f);
+      }
       write(i0, bq, acc, den, stream);
     }
     if (stream) compat::stream_fence();
@@ -582,11 +584,15 @@ struct linear_run {
         }
         if (normalise) den_t.store_aligned(den);
       }
-      if (normalise) {
-        for (index_t t = 0; t < W; ++t) {
-          if (has_state) den[t] += (decays ? wq[t] : T(1)) * row_dot<T, A>(q + t * qs, z, f);
-          inv[t] = T(1) / std::max(den[t], static_cast<T>(p.eps));
+      if (normalise) {  // den_t += λ^{s−last}·q̃_t·z with the rows as lanes, then 1 / max(den, ε)
+        B dn = B::load_aligned(den);
+        if (has_state) {
+          B dz(T(0));
+          for (index_t c = 0; c < f; ++c) dz = xsimd::fma(B(z[c]), B::load_aligned(qt + c * W), dz);
+          dn = decays ? xsimd::fma(B::load_aligned(wq), dz, dn) : dn + dz;
         }
+        const B eps(static_cast<T>(p.eps));
+        (B(T(1)) / xsimd::select(dn < eps, eps, dn)).store_aligned(inv);  // a NaN den stays NaN
       }
       const T* vb = v_rows(i0, i0 + W, nullptr);
       if (stream) chunk_out<true>(qt, vb, at, has_state, decays ? wq : nullptr, normalise ? inv : nullptr, p.out.row(i0), os, pf);
