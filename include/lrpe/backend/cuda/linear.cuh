@@ -253,7 +253,9 @@ __global__ void __launch_bounds__(linear_threads)
       for (int e = tid; e < rows_q * DC; e += nt) {
         const int i = e / DC, c = e % DC;
         float acc = 0.0f;
-        for (int j = 0; j < rows_k; ++j) acc += A[i * (C + 1) + j] * vs[j * DC + c];
+        // the keys row i sees (a prefix: positions are non-decreasing), not A's masked zeros
+        // times their values: 0·Inf = NaN would carry a later value back to row i
+        for (int j = 0; j < rows_k && kpos[j] <= qpos[i]; ++j) acc += A[i * (C + 1) + j] * vs[j * DC + c];
         num[e] += acc;
       }
       for (int i = tid; i < rows_q; i += nt) {
