@@ -603,6 +603,7 @@ struct linear_run {
       const T rescale = has_state && decays ? rescale_factor(p_new - last) : T(1);
       const T* vf = vb;
       if (decays) {
+        static_assert(linear_key_block >= 2 * W, "vblock holds a chunk's V rows and their weighted copy");
         T* vw = vblock + W * dvp;
         for (index_t j = 0; j < W; ++j) {
           const B w(wfold[j]);
