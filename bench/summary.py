@@ -12,9 +12,9 @@ Times are wall-clock medians of single calls (the bench's `t_call_median` counte
 median over repetitions when the run has aggregates): the statistic torch_peer.py and ggml_peer
 report, so that the ratios compare alike. `--rep-means` uses Google Benchmark's own times instead
 (each repetition's mean over its calls, a preempted call counted in full; medians over
-repetitions), as the tables before 2026-11-27 did. `frac_peak` is GFLOP/s over the in-run FMA anchor with the same number of
-threads, both taken with the same statistic. Checks against the issue-6 targets are printed below the table. The ggml column is the
-faster of ggml's flash attention with F32 and with F16 K/V (llama.cpp's default cache type).
+repetitions), as the tables before 2026-11-27 did. `frac_peak` is GFLOP/s over the in-run FMA
+anchor with the same number of threads, both taken with the same statistic. Checks against the
+issue-6 targets are printed below the table. The ggml column is the faster of ggml's flash attention with F32 and with F16 K/V (llama.cpp's default cache type).
 """
 import json
 import math

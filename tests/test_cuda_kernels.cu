@@ -606,7 +606,8 @@ void check_decay_drift() {
 
 /// Non-finite inputs (attention.md, "Errors"): a NaN in q at (b, row pq, head h) or in k at
 /// key pk must make exactly the rows that see it NaN, and (linear) a NaN in v at key pk the
-/// value's column of those rows; every other value must equal the clean launch's bit for bit. The CPU backends are tested for the same in test_simd_attention.
+/// value's column of those rows; every other value must equal the clean launch's bit for bit.
+/// The CPU backends are tested for the same in test_simd_attention.
 template <class T>
 void check_nan_propagation() {
   std::mt19937_64 rng(test_seed + 3);
@@ -704,8 +705,8 @@ TEST_CASE("cuda: causal linear attention with a decay does not drift over 65536 
   check_decay_drift();
 }
 
-TEST_CASE_TEMPLATE("cuda: a NaN in q or k (or v, linear) makes exactly the rows that see it NaN (softmax, linear)", T, float,
-                   __nv_bfloat16) {
+TEST_CASE_TEMPLATE("cuda: a NaN in q or k (or v, linear) makes exactly the rows that see it NaN (softmax, linear)", T,
+                   float, __nv_bfloat16) {
   if (!have_device()) return;
   check_nan_propagation<T>();
 }

@@ -806,7 +806,8 @@ struct linear_run {
     using B = xsimd::batch<T, A>;
     constexpr index_t W = B::size;
     const B ab(a);
-    for (index_t c = 0; c < dvp; c += W) xsimd::fma(ab, B::load_aligned(x + c), B::load_aligned(y + c)).store_aligned(y + c);
+    for (index_t c = 0; c < dvp; c += W)
+      xsimd::fma(ab, B::load_aligned(x + c), B::load_aligned(y + c)).store_aligned(y + c);
   }
 
   /**
