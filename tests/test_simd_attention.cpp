@@ -20,6 +20,7 @@
 #include <optional>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -300,6 +301,104 @@ TEST_CASE_TEMPLATE("softmax, reference and SIMD: a NaN or overflowing logit make
           INFO("k poisoned, row " << i);
           if (!causal || i >= poisoned_k) CHECK(row_nan(out_k, i));
           else CHECK((out_k.row(i).array() == clean.row(i).array()).all());
+        }
+      }
+    }
+  }
+}
+
+/// An additive encoding that masks every key more than `ahead` positions after its query by a
+/// −∞ bias (a look-ahead window): masked keys among visible ones without the causal mask.
+template <class T>
+struct lookahead_mask {
+  using scalar = T;
+  static constexpr bool is_additive = true;
+  index_t d = 0;
+  position_t ahead = 5;
+  [[nodiscard]] index_t dim() const { return d; }
+  [[nodiscard]] double bias(position_t s, position_t t) const {
+    return t - s > ahead ? -std::numeric_limits<double>::infinity() : 0.0;
+  }
+  [[nodiscard]] double score(const T* q, position_t s, const T* k, position_t t) const {
+    double acc = 0;
+    for (index_t i = 0; i < d; ++i) acc += static_cast<double>(q[i]) * static_cast<double>(k[i]);
+    return acc + bias(s, t);
+  }
+};
+
+TEST_CASE_TEMPLATE("softmax, reference and SIMD: a NaN or Inf in v reaches exactly the rows that weigh its key", T,
+                   float, double) {
+  // A masked key's weight is exactly 0, and 0·NaN = 0·∞ = NaN: multiplied in, a poisoned value
+  // would reach every row of the reference's query tile (64 rows) or of the SIMD kernel's row
+  // group (6 rows) that masks the key. Key 70 sits in the SIMD key tile 64–127 and the
+  // reference's 64–127, whose rows 64–69 mask it (causal); key 100 in the middle of both; key
+  // 148 in the SIMD kernel's last, partial tile. Masks: causal with offsets; causal with
+  // positions as unsorted arrays; a −∞ bias without the causal mask; and the direct kernel
+  // (7 query rows), causal or with the bias. d_v = 24 and 32 (padded value rows and whole
+  // vectors); column 5, or the last (with float on AVX-512 one of the direct kernel's scalar
+  // columns past 16). The poisoned column of a row that weighs the key must be NaN or ±∞;
+  // every other value must be the clean call's, bit for bit.
+  const index_t n = 150, d = 32;
+  std::vector<position_t> kp_arr(n), qp_arr(n);
+  for (index_t i = 0; i < n; ++i) {
+    kp_arr[static_cast<std::size_t>(i)] = (i * 37) % n;
+    qp_arr[static_cast<std::size_t>(i)] = (i * 53) % n;
+  }
+  const std::vector<position_t> direct_rows{60, 64, 65, 69, 70, 71, 149};
+  const lookahead_mask<T> window{.d = d};
+  for (const index_t dv : {index_t{24}, index_t{32}}) {
+    lrpe::generator g(0x5AA8 + static_cast<std::uint64_t>(dv));
+    const rm<T> q = random_matrix<T>(g, n, d), k = random_matrix<T>(g, n, d), v = random_matrix<T>(g, n, dv);
+    const rm<T> q_direct = q.topRows(static_cast<index_t>(direct_rows.size()));
+    for (const int mode : {0, 1, 2, 3, 4}) {
+      const bool direct = mode >= 3, biased = mode == 2 || mode == 4;
+      lrpe::softmax_options<> opt;
+      opt.causal = !biased;
+      if (mode == 1) {
+        opt.q_positions = qp_arr;
+        opt.k_positions = kp_arr;
+      }
+      if (direct) opt.q_positions = direct_rows;
+      const index_t rows = direct ? q_direct.rows() : n;
+      // whether query row i weighs key j
+      const auto weighs = [&](index_t i, index_t j) {
+        const position_t s = direct ? direct_rows[static_cast<std::size_t>(i)]
+                                    : (mode == 1 ? qp_arr[static_cast<std::size_t>(i)] : i);
+        const position_t t = mode == 1 ? kp_arr[static_cast<std::size_t>(j)] : j;
+        return biased ? t - s <= window.ahead : t <= s;
+      };
+      for (const bool simd : {false, true}) {
+        const auto run = [&](const rm<T>& values) {
+          rm<T> out(rows, dv);
+          out.setConstant(T(123));
+          const rm<T>& qq = direct ? q_direct : q;
+          if (biased && simd) lrpe::softmax_attention(qq, k, values, out, window, opt, lrpe::backend::simd<>{});
+          else if (biased) lrpe::softmax_attention(qq, k, values, out, window, opt);
+          else if (simd) lrpe::softmax_attention(qq, k, values, out, lrpe::no_encoding{}, opt, lrpe::backend::simd<>{});
+          else lrpe::softmax_attention(qq, k, values, out, lrpe::no_encoding{}, opt);
+          return out;
+        };
+        const rm<T> clean = run(v);
+        REQUIRE(clean.allFinite());
+        for (const auto [poisoned, col] : {std::pair<index_t, index_t>{70, 5}, {100, dv - 1}, {148, 5}, {148, dv - 1}}) {
+          for (const T bad : {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity()}) {
+            rm<T> vv = v;
+            vv(poisoned, col) = bad;
+            const rm<T> out = run(vv);
+            index_t reached = 0;
+            for (index_t i = 0; i < rows; ++i) {
+              const bool w = weighs(i, poisoned);
+              reached += w ? 1 : 0;
+              for (index_t c = 0; c < dv; ++c) {
+                INFO("dv " << dv << ", mode " << mode << ", simd " << simd << ", key " << poisoned << ", " << bad
+                           << ", row " << i << ", column " << c);
+                if (w && c == col) CHECK(!std::isfinite(out(i, c)));
+                else CHECK(out(i, c) == clean(i, c));
+              }
+            }
+            CHECK(reached > 0);          // the poisoned key is weighed by some rows ...
+            CHECK(reached < rows);       // ... and masked for others
+          }
         }
       }
     }

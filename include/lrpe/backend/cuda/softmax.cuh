@@ -145,7 +145,10 @@ __global__ void __launch_bounds__(softmax_threads)
       __syncwarp();
       for (int c = lane; c < dv; c += 32) {
         float acc = alpha * O[i * dv + c];
-        for (int j = 0; j < rows_k; ++j) acc += srow[j] * vs[j * dv + c];
+        // a zero weight (masked key, −∞ bias, underflow) adds nothing: never 0·NaN or 0·∞ from
+        // its value (the branch is the same in every lane: srow[j] is the row's)
+        for (int j = 0; j < rows_k; ++j)
+          if (srow[j] != 0.0f) acc += srow[j] * vs[j * dv + c];
         O[i * dv + c] = acc;
       }
       __syncwarp();

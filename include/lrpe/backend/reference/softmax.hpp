@@ -62,7 +62,9 @@ void softmax_kernel(Backend, const softmax_problem<T>&, const Logits&, const Val
  *
  * out_s = Σ_t c_st e^{l_st − m_s} (v_t + a^V) / Σ_t e^{l_st − m_s} over visible t; a row with
  * no visible key is set to zero. A NaN visible logit (NaN in q, k or a bias; +∞ from overflow
- * gives one as ∞ − ∞) makes its row NaN.
+ * gives one as ∞ − ∞) makes its row NaN. A key whose weight is exactly zero (masked, or
+ * underflowed) adds nothing to a row, so a NaN or ±∞ in its value reaches exactly the rows that
+ * weigh it (every other output value is as in a clean call, bit for bit).
  */
 template <class T, class Logits, class ValueTerm, class Reweight>
 void softmax_kernel(reference, const softmax_problem<T>& p, const Logits& logits,
@@ -79,6 +81,7 @@ void softmax_kernel(reference, const softmax_problem<T>& p, const Logits& logits
   const index_t tq = std::min(bt, std::max<index_t>(1, p.nq)), tk = std::min(bt, std::max<index_t>(1, p.nk));
   tile_t s_tile(tq, tk);
   tile_t acc(tq, dv);
+  tile_t v_finite;  // a value tile with its non-finite entries at 0, allocated only when one is met
   std::vector<T> m(static_cast<std::size_t>(tq)), l(static_cast<std::size_t>(tq));
 
   for (index_t i0 = 0; i0 < p.nq; i0 += bt) {
@@ -135,7 +138,21 @@ void softmax_kernel(reference, const softmax_problem<T>& p, const Logits& logits
 
       const Eigen::Map<const tile_t, 0, Eigen::OuterStride<>> v_tile(p.v.row(j0), bk, dv,
                                                                      Eigen::OuterStride<>(p.v.row_stride));
-      acc.topRows(bq).noalias() += S * v_tile;
+      if (v_tile.allFinite()) {
+        acc.topRows(bq).noalias() += S * v_tile;
+      } else {
+        // A zero weight (a masked key) must not multiply a NaN or ±∞ value (0·∞ = NaN): the
+        // product over the tile with those values at 0 (every other column as in a clean call,
+        // bit for bit), then each non-finite value times its nonzero weights.
+        v_finite.resize(bk, dv);
+        v_finite = v_tile.unaryExpr([](T x) { return std::isfinite(x) ? x : T(0); });
+        acc.topRows(bq).noalias() += S * v_finite;
+        for (index_t j = 0; j < bk; ++j)
+          for (index_t c = 0; c < dv; ++c)
+            if (!std::isfinite(v_tile(j, c)))
+              for (index_t i = 0; i < bq; ++i)
+                if (S(i, j) != T(0)) acc(i, c) += S(i, j) * v_tile(j, c);
+      }
 
       if constexpr (!std::is_same_v<ValueTerm, no_value_term>) {
         for (index_t i = 0; i < bq; ++i) {

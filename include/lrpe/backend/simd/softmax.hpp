@@ -5,8 +5,10 @@
  *
  * Per call: K is packed by key tiles of BK = U·W keys (W = vector width; U = 4 with 32 vector
  * registers, 8 with 16: 64 float keys either way), feature-major inside a tile so that keys are
- * the SIMD dimension; V is copied with its rows padded to W. Per query
- * tile of BQ rows (pre-scaled by scale·log₂e, so the exponent is a bare exp2):
+ * the SIMD dimension; V is copied with its rows padded to W, each key tile flagged when its
+ * values hold a NaN or ±∞ (its P·V then skips zero weights: 0·∞ = NaN must not reach a row that
+ * masks the key). Per query tile of BQ rows (pre-scaled by scale·log₂e, so the exponent is a
+ * bare exp2):
  *
  *     S   = Q̂ Kᵀ             register-blocked micro-kernel of R = 6 rows × 4W keys with 32
  *                            vector registers, 6×2W with 16 (four calls per tile); d-loop of broadcast·FMA
@@ -185,8 +187,10 @@ inline void qk_micro_prefix(index_t keys, const T* q, index_t qs, const T* kp, i
  * o[r][0:VU·W) = α[r]·o[r] + Σ_{j<nk} p(r, j) · v[j][0:VU·W) for r < R, with p(r, j) =
  * p[r·prs + j·pcs] (o stride os, v stride vs; o and v aligned). The one GEMM-like micro-kernel
  * of both attention kernels: P·V (softmax), Q·S, Kᵀ·V and A·V (linear attention).
+ * SkipZero leaves out every product of a zero p (its FMA would only add ±0): the softmax tiles
+ * whose values hold a NaN or ±∞, where 0·NaN and 0·∞ would reach rows that weigh them 0.
  */
-template <index_t R, index_t VU, class T, class A>
+template <index_t R, index_t VU, class T, class A, bool SkipZero = false>
 inline void pv_micro(const T* p, index_t prs, index_t pcs, const T* alpha, const T* v, index_t vs, index_t nk, T* o,
                      index_t os) noexcept {
   using B = xsimd::batch<T, A>;
@@ -208,6 +212,9 @@ inline void pv_micro(const T* p, index_t prs, index_t pcs, const T* alpha, const
     const T* pj = p + j * pcs;
     LRPE_UNROLL
     for (index_t r = 0; r < R; ++r) {
+      if constexpr (SkipZero) {
+        if (pj[r * prs] == T(0)) continue;
+      }
       const B pb(pj[r * prs]);
       LRPE_UNROLL
       for (index_t u = 0; u < VU; ++u) acc[r][u] = xsimd::fma(pb, vb[u], acc[r][u]);
@@ -220,16 +227,17 @@ inline void pv_micro(const T* p, index_t prs, index_t pcs, const T* alpha, const
 }
 
 /// The R-row block of O = α·O + P·V over all value columns (chunks of UM vectors, then the rest).
-template <index_t R, class T, class A>
+template <index_t R, class T, class A, bool SkipZero = false>
 inline void pv_rows(const T* p, index_t prs, index_t pcs, const T* alpha, const T* v, index_t dvp, index_t nk,
                     T* o) noexcept {
   constexpr index_t W = xsimd::batch<T, A>::size, UM = softmax_tiling<T, A>::UM;
   index_t c = 0;
-  for (; c + UM * W <= dvp; c += UM * W) pv_micro<R, UM, T, A>(p, prs, pcs, alpha, v + c, dvp, nk, o + c, dvp);
+  for (; c + UM * W <= dvp; c += UM * W)
+    pv_micro<R, UM, T, A, SkipZero>(p, prs, pcs, alpha, v + c, dvp, nk, o + c, dvp);
   switch ((dvp - c) / W) {
-    case 3: pv_micro<R, 3, T, A>(p, prs, pcs, alpha, v + c, dvp, nk, o + c, dvp); break;
-    case 2: pv_micro<R, 2, T, A>(p, prs, pcs, alpha, v + c, dvp, nk, o + c, dvp); break;
-    case 1: pv_micro<R, 1, T, A>(p, prs, pcs, alpha, v + c, dvp, nk, o + c, dvp); break;
+    case 3: pv_micro<R, 3, T, A, SkipZero>(p, prs, pcs, alpha, v + c, dvp, nk, o + c, dvp); break;
+    case 2: pv_micro<R, 2, T, A, SkipZero>(p, prs, pcs, alpha, v + c, dvp, nk, o + c, dvp); break;
+    case 1: pv_micro<R, 1, T, A, SkipZero>(p, prs, pcs, alpha, v + c, dvp, nk, o + c, dvp); break;
     default: break;
   }
 }
@@ -242,6 +250,29 @@ inline index_t visible_prefix(position_t s, position_t k0, index_t bk) noexcept 
   return gap >= static_cast<std::uint64_t>(bk) ? bk : static_cast<index_t>(gap) + 1;
 }
 
+/**
+ * Whether x[0, count) holds no NaN or ±∞: x·0 is ±0 for finite x and NaN otherwise, summed by
+ * FMAs (two chains), one test at the end.
+ */
+template <class T, class A>
+inline bool all_finite(const T* x, index_t count) noexcept {
+  using B = xsimd::batch<T, A>;
+  constexpr index_t W = B::size;
+  B acc(T(0)), acc2(T(0));
+  index_t i = 0;
+  for (; i + 2 * W <= count; i += 2 * W) {
+    acc = xsimd::fma(B::load_unaligned(x + i), B(T(0)), acc);
+    acc2 = xsimd::fma(B::load_unaligned(x + i + W), B(T(0)), acc2);
+  }
+  if (i + W <= count) {
+    acc = xsimd::fma(B::load_unaligned(x + i), B(T(0)), acc);
+    i += W;
+  }
+  T rest = compat::reduce_add(acc + acc2);
+  for (; i < count; ++i) rest += x[i] * T(0);
+  return !std::isnan(rest);
+}
+
 /// No additive bias (plain content logits).
 struct no_bias {};
 
@@ -250,7 +281,7 @@ template <class T>
 struct softmax_shared {
   const T* kp;           ///< packed K: tiles × d × BK
   const T* vp;           ///< V: nk × dvp
-  const position_t* kb;  ///< per key tile: min, max position
+  const position_t* kb;  ///< per key tile: min, max position, 1 if its V rows hold a NaN or ±∞ (else 0)
   index_t d, dv, dvp, nk, tiles;
   bool prefetch;  ///< packed K and V past the L3 share: each key tile prefetches the next (softmax_tile_prefetch_bytes)
 };
@@ -335,7 +366,7 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
   for (index_t jt = 0; jt < sh.tiles; ++jt) {
     const index_t j0 = jt * BK;
     const index_t bk = std::min(BK, sh.nk - j0);
-    const position_t k_min = sh.kb[2 * jt], k_max = sh.kb[2 * jt + 1];
+    const position_t k_min = sh.kb[3 * jt], k_max = sh.kb[3 * jt + 1];
     if (p.causal && k_min > q_max) continue;  // every key after every query: skip the tile
     const bool mask = (p.causal && k_max > q_min) || bk < BK;
     const T* kp = sh.kp + jt * d * BK;
@@ -462,9 +493,15 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
       a.store_aligned(alpha + b0);
     }
 
+    // keys past the group's visible prefix have P = 0: not read. A tile whose values hold a NaN
+    // or ±∞ skips every zero weight (masked keys of rows inside the prefix, arrays, −∞ biases).
     const T* vt = sh.vp + j0 * dvp;
-    for (index_t i = 0; i < bqp; i += R)  // keys past the group's visible prefix have P = 0: not read
-      if (group_keys[i / R] > 0) pv_rows<R, T, A>(st + i * BK, BK, 1, alpha + i, vt, dvp, group_keys[i / R], ot + i * dvp);
+    const bool v_finite = sh.kb[3 * jt + 2] == 0;
+    for (index_t i = 0; i < bqp; i += R) {
+      if (group_keys[i / R] == 0) continue;
+      if (v_finite) pv_rows<R, T, A>(st + i * BK, BK, 1, alpha + i, vt, dvp, group_keys[i / R], ot + i * dvp);
+      else pv_rows<R, T, A, true>(st + i * BK, BK, 1, alpha + i, vt, dvp, group_keys[i / R], ot + i * dvp);
+    }
   }
 
   for (index_t i = 0; i < bq; ++i) {
@@ -611,7 +648,10 @@ void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>
     // rows. With 16 vector registers NR ≤ 2: 4 rows' 16 accumulators and the 4 V vectors did
     // not fit, and GCC kept accumulators on the stack (AVX2 host, K/V in L2, 4 rows over 512
     // keys, side harness: 11.5–11.8 → 11.0–11.1 µs).
-    const auto pv_rows = [&]<index_t NR>(std::integral_constant<index_t, NR>, index_t r0) LRPE_ALWAYS_INLINE_LAMBDA {
+    // SkipZero: leave out the products of zero weights (the block's values hold a NaN or ±∞)
+    const auto pv_rows = [&]<index_t NR, bool SkipZero>(std::integral_constant<index_t, NR>,
+                                                        std::bool_constant<SkipZero>,
+                                                        index_t r0) LRPE_ALWAYS_INLINE_LAMBDA {
       for (index_t c0 = 0; c0 < dvw; c0 += VU * W) {
         const index_t vu = std::min(VU, (dvw - c0) / W);
         B acc[NR][VU];
@@ -623,6 +663,9 @@ void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>
           B vb[VU];
           for (index_t u = 0; u < VU; ++u) vb[u] = u < vu ? B::load_unaligned(vr + u * W) : B(T(0));
           for (index_t r = 0; r < NR; ++r) {
+            if constexpr (SkipZero) {
+              if (st[(r0 + r) * BK + j] == T(0)) continue;
+            }
             const B pj(st[(r0 + r) * BK + j]);
             for (index_t u = 0; u < VU; ++u) acc[r][u] = xsimd::fma(pj, vb[u], acc[r][u]);
           }
@@ -631,16 +674,37 @@ void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>
           for (index_t u = 0; u < vu; ++u) acc[r][u].store_aligned(ot + (r0 + r) * dvp + c0 + u * W);
       }
     };
-    constexpr index_t GR = wide_register_file<A> ? G : std::min<index_t>(G, 2);
-    for (index_t r0 = 0; r0 + GR <= G; r0 += GR) pv_rows(std::integral_constant<index_t, GR>{}, r0);
-    if constexpr (G % GR != 0) pv_rows(std::integral_constant<index_t, G % GR>{}, G - G % GR);
-    for (index_t c = dvw; c < dv; ++c) {  // the last dv mod W columns
+    // A zero weight (a masked key, a −∞ bias, an underflow) times a NaN or ±∞ value would reach
+    // its row (0·∞ = NaN): a block with both takes the products of nonzero weights only. The
+    // values are read for this only when one of the block's real keys (not its padding past
+    // bk) has a zero weight; otherwise the test costs a compare per weight vector.
+    bool zero_weight = false;
+    {
+      const index_t bkw = bk / W * W;
+      xsimd::batch_bool<T, A> zero_w(false);
       for (index_t r = 0; r < G; ++r) {
-        T o = alpha[r] * ot[r * dvp + c];
-        for (index_t j = 0; j < bk; ++j) o += st[r * BK + j] * p.v.row(j0 + j)[c];
-        ot[r * dvp + c] = o;
+        for (index_t j = 0; j < bkw; j += W) zero_w = zero_w | (B::load_aligned(st + r * BK + j) == B(T(0)));
+        for (index_t j = bkw; j < bk; ++j) zero_weight = zero_weight || st[r * BK + j] == T(0);
       }
+      zero_weight = zero_weight || xsimd::any(zero_w);
     }
+    bool skip_zero = false;
+    for (index_t j = 0; zero_weight && j < bk && !skip_zero; ++j) skip_zero = !all_finite<T, A>(p.v.row(j0 + j), dv);
+    constexpr index_t GR = wide_register_file<A> ? G : std::min<index_t>(G, 2);
+    const auto pv_all = [&]<bool SkipZero>(std::bool_constant<SkipZero> skip) LRPE_ALWAYS_INLINE_LAMBDA {
+      for (index_t r0 = 0; r0 + GR <= G; r0 += GR) pv_rows(std::integral_constant<index_t, GR>{}, skip, r0);
+      if constexpr (G % GR != 0) pv_rows(std::integral_constant<index_t, G % GR>{}, skip, G - G % GR);
+      for (index_t c = dvw; c < dv; ++c) {  // the last dv mod W columns
+        for (index_t r = 0; r < G; ++r) {
+          T o = alpha[r] * ot[r * dvp + c];
+          for (index_t j = 0; j < bk; ++j)
+            if (!SkipZero || st[r * BK + j] != T(0)) o += st[r * BK + j] * p.v.row(j0 + j)[c];
+          ot[r * dvp + c] = o;
+        }
+      }
+    };
+    if (skip_zero) pv_all(std::true_type{});
+    else pv_all(std::false_type{});
   }
 
   for (index_t r = 0; r < G; ++r) {
@@ -699,7 +763,7 @@ void softmax_simd(const softmax_problem<T>& p, const matrix_view<const T>& q, co
 
   T* kp = ws.get<T>(simd_workspace::k_packed, tiles * d * BK);
   T* vp = ws.get<T>(simd_workspace::v_packed, std::max<index_t>(nk, 1) * dvp);
-  auto* kb = ws.get<position_t>(simd_workspace::key_bounds, 2 * std::max<index_t>(tiles, 1));
+  auto* kb = ws.get<position_t>(simd_workspace::key_bounds, 3 * std::max<index_t>(tiles, 1));
   for (index_t jt = 0; jt < tiles; ++jt) {
     const index_t j0 = jt * BK, bk = std::min(BK, nk - j0);
     T* dst = kp + jt * d * BK;
@@ -712,12 +776,16 @@ void softmax_simd(const softmax_problem<T>& p, const matrix_view<const T>& q, co
     }
     for (index_t c = 0; c < d; ++c)
       for (index_t j = bk; j < BK; ++j) dst[c * BK + j] = T(0);
-    kb[2 * jt] = lo;
-    kb[2 * jt + 1] = hi;
+    kb[3 * jt] = lo;
+    kb[3 * jt + 1] = hi;
   }
-  for (index_t j = 0; j < nk; ++j) {
-    std::memcpy(vp + j * dvp, p.v.row(j), static_cast<std::size_t>(dv) * sizeof(T));
-    std::fill(vp + j * dvp + dv, vp + (j + 1) * dvp, T(0));
+  for (index_t jt = 0; jt < tiles; ++jt) {  // V, and per key tile whether it holds a NaN or ±∞
+    const index_t j0 = jt * BK, j1 = std::min(nk, j0 + BK);
+    for (index_t j = j0; j < j1; ++j) {
+      std::memcpy(vp + j * dvp, p.v.row(j), static_cast<std::size_t>(dv) * sizeof(T));
+      std::fill(vp + j * dvp + dv, vp + (j + 1) * dvp, T(0));
+    }
+    kb[3 * jt + 2] = all_finite<T, A>(vp + j0 * dvp, (j1 - j0) * dvp) ? 0 : 1;
   }
 
   const bool prefetch = static_cast<std::size_t>(tiles * d * BK + nk * dvp) * sizeof(T) >= softmax_tile_prefetch_bytes;
