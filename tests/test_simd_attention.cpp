@@ -333,36 +333,39 @@ TEST_CASE_TEMPLATE("softmax, reference and SIMD: a NaN or Inf in v reaches exact
   // group (6 rows) that masks the key. Key 70 sits in the SIMD key tile 64–127 and the
   // reference's 64–127, whose rows 64–69 mask it (causal); key 100 in the middle of both; key
   // 148 in the SIMD kernel's last, partial tile. Masks: causal with offsets; causal with
-  // positions as unsorted arrays; a −∞ bias without the causal mask; and the direct kernel
-  // (7 query rows), causal or with the bias. d_v = 24 and 32 (padded value rows and whole
-  // vectors); column 5, or the last (with float on AVX-512 one of the direct kernel's scalar
-  // columns past 16). The poisoned column of a row that weighs the key must be NaN or ±∞;
-  // every other value must be the clean call's, bit for bit.
+  // positions as unsorted arrays; a −∞ bias without the causal mask; the direct kernel (7
+  // query rows), causal or with the bias; and the direct kernel with rows at 149, 146, 147,
+  // 148, where the first row sees every key and the only zero weights are among the last
+  // block's final 150 mod W keys (past its whole vectors). d_v = 27 and 32 (padded value rows
+  // and whole vectors); column 5, or the last (one of the direct kernel's scalar columns past
+  // the whole vectors with d_v = 27, on any arch). The poisoned column of a row that weighs the
+  // key must be NaN or ±∞; every other value must equal the clean call's.
   const index_t n = 150, d = 32;
   std::vector<position_t> kp_arr(n), qp_arr(n);
   for (index_t i = 0; i < n; ++i) {
     kp_arr[static_cast<std::size_t>(i)] = (i * 37) % n;
     qp_arr[static_cast<std::size_t>(i)] = (i * 53) % n;
   }
-  const std::vector<position_t> direct_rows{60, 64, 65, 69, 70, 71, 149};
+  const std::vector<position_t> direct_rows{60, 64, 65, 69, 70, 71, 149}, tail_rows{149, 146, 147, 148};
   const lookahead_mask<T> window{.d = d};
-  for (const index_t dv : {index_t{24}, index_t{32}}) {
+  for (const index_t dv : {index_t{27}, index_t{32}}) {
     lrpe::generator g(0x5AA8 + static_cast<std::uint64_t>(dv));
     const rm<T> q = random_matrix<T>(g, n, d), k = random_matrix<T>(g, n, d), v = random_matrix<T>(g, n, dv);
-    const rm<T> q_direct = q.topRows(static_cast<index_t>(direct_rows.size()));
-    for (const int mode : {0, 1, 2, 3, 4}) {
+    for (const int mode : {0, 1, 2, 3, 4, 5}) {
       const bool direct = mode >= 3, biased = mode == 2 || mode == 4;
+      const std::vector<position_t>& rows_at = mode == 5 ? tail_rows : direct_rows;
+      const rm<T> q_direct = q.topRows(static_cast<index_t>(rows_at.size()));
       lrpe::softmax_options<> opt;
       opt.causal = !biased;
       if (mode == 1) {
         opt.q_positions = qp_arr;
         opt.k_positions = kp_arr;
       }
-      if (direct) opt.q_positions = direct_rows;
+      if (direct) opt.q_positions = rows_at;
       const index_t rows = direct ? q_direct.rows() : n;
       // whether query row i weighs key j
       const auto weighs = [&](index_t i, index_t j) {
-        const position_t s = direct ? direct_rows[static_cast<std::size_t>(i)]
+        const position_t s = direct ? rows_at[static_cast<std::size_t>(i)]
                                     : (mode == 1 ? qp_arr[static_cast<std::size_t>(i)] : i);
         const position_t t = mode == 1 ? kp_arr[static_cast<std::size_t>(j)] : j;
         return biased ? t - s <= window.ahead : t <= s;
@@ -380,7 +383,10 @@ TEST_CASE_TEMPLATE("softmax, reference and SIMD: a NaN or Inf in v reaches exact
         };
         const rm<T> clean = run(v);
         REQUIRE(clean.allFinite());
-        for (const auto [poisoned, col] : {std::pair<index_t, index_t>{70, 5}, {100, dv - 1}, {148, 5}, {148, dv - 1}}) {
+        using poison = std::pair<index_t, index_t>;  // key, column
+        const auto poisons = mode == 5 ? std::vector<poison>{{147, 5}, {148, 5}, {148, dv - 1}}
+                                       : std::vector<poison>{{70, 5}, {100, dv - 1}, {148, 5}, {148, dv - 1}};
+        for (const auto& [poisoned, col] : poisons) {
           for (const T bad : {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity()}) {
             rm<T> vv = v;
             vv(poisoned, col) = bad;

@@ -62,9 +62,9 @@ void softmax_kernel(Backend, const softmax_problem<T>&, const Logits&, const Val
  *
  * out_s = Σ_t c_st e^{l_st − m_s} (v_t + a^V) / Σ_t e^{l_st − m_s} over visible t; a row with
  * no visible key is set to zero. A NaN visible logit (NaN in q, k or a bias; +∞ from overflow
- * gives one as ∞ − ∞) makes its row NaN. A key whose weight is exactly zero (masked, or
- * underflowed) adds nothing to a row, so a NaN or ±∞ in its value reaches exactly the rows that
- * weigh it (every other output value is as in a clean call, bit for bit).
+ * gives one as ∞ − ∞) makes its row NaN. A key whose weight is exactly zero in its tile (masked,
+ * or underflowed there) adds nothing to a row, so a NaN or ±∞ in a masked key's value reaches
+ * none of the rows that mask it (every other output value equals a clean call's).
  */
 template <class T, class Logits, class ValueTerm, class Reweight>
 void softmax_kernel(reference, const softmax_problem<T>& p, const Logits& logits,

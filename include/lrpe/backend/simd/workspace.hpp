@@ -36,7 +36,7 @@ class simd_workspace {
     k_features,  ///< encoded K (n_k × d_f); or one block of φ(K) and K̃ rows (fused linear)
     k_packed,    ///< K packed by key tiles, keys as the SIMD dimension
     v_packed,    ///< V with rows padded to the key tile and columns to the vector width
-    key_bounds,  ///< per key tile: min/max position
+    key_bounds,  ///< per key tile: min/max position, whether its values hold a NaN or ±∞
     q_tile,      ///< one query tile, pre-scaled (per thread)
     s_tile,      ///< logits / probabilities of one tile (per thread)
     o_tile,      ///< output accumulator of one tile (per thread)
