@@ -495,9 +495,9 @@ struct linear_run {
    * beyond the state's 2·f·d_v FMAs a row, and each S vector loaded and stored feeds 2·rows
    * FMAs (8 on AVX-512). Xeon host, n = 2048 / 4096, 1 thread, alternating binaries, medians of
    * 40 / 30 calls: 2.24 / 4.65–4.72 → 1.90–1.91 / 3.86–3.91 ms against the A-form chunks
-   * below; the AVX2 build on the same host
-   * (2 rows × 2 vectors) 4.02–4.06 → 3.65–3.87 ms at n = 2048; 8 rows × 1 vector and 2 rows ×
-   * 4 vectors ran 25–40 % and 10–15 % slower than 4 × 2 on AVX-512.
+   * below; the AVX2 build on the same host (2 rows × 2 vectors) 4.02–4.06 → 3.65–3.87 ms at
+   * n = 2048; 8 rows × 1 vector and 2 rows × 4 vectors ran 25–40 % and 10–15 % slower than
+   * 4 × 2 on AVX-512.
    *
    * With a decay the keys' weights λ^{t−j} differ per row, and the chunks take the A form: the
    * chunk's keys are one vector, so the intra-chunk part costs W/(2f) of the state part
