@@ -38,6 +38,7 @@
 #include <lrpe/backend/simd/tag.hpp>
 #include <lrpe/backend/simd/workspace.hpp>
 #include <lrpe/backend/simd/xsimd_compat.hpp>
+#include <lrpe/detail/mul_add.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -694,11 +695,12 @@ void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>
     const auto pv_all = [&]<bool SkipZero>(std::bool_constant<SkipZero> skip) LRPE_ALWAYS_INLINE_LAMBDA {
       for (index_t r0 = 0; r0 + GR <= G; r0 += GR) pv_rows(std::integral_constant<index_t, GR>{}, skip, r0);
       if constexpr (G % GR != 0) pv_rows(std::integral_constant<index_t, G % GR>{}, skip, G - G % GR);
-      for (index_t c = dvw; c < dv; ++c) {  // the last dv mod W columns
+      // the last dv mod W columns; mul_add rounds as the vector FMAs do, in both variants
+      for (index_t c = dvw; c < dv; ++c) {
         for (index_t r = 0; r < G; ++r) {
           T o = alpha[r] * ot[r * dvp + c];
           for (index_t j = 0; j < bk; ++j)
-            if (!SkipZero || st[r * BK + j] != T(0)) o += st[r * BK + j] * p.v.row(j0 + j)[c];
+            if (!SkipZero || st[r * BK + j] != T(0)) o = lrpe::detail::mul_add(st[r * BK + j], p.v.row(j0 + j)[c], o);
           ot[r * dvp + c] = o;
         }
       }
