@@ -139,7 +139,9 @@ TEST_CASE_TEMPLATE("canonical: Shaw key term q.(k + a^K_clip(t-s, r)) and value 
   auto mag = [&](const T* q, const T* k) { return 2 * abs_dot(q, k, d) + 2 * d; };
   check_variant<T>(v, naive, mag, 2, r, 15);
 
-  for (auto [s, t] : {std::pair<position_t, position_t>{3, 1}, {0, 9}, {-20, 40}, {5, 5}, {-1, -3}}) {
+  // (no structured binding: doctest's CAPTURE is a lambda, and clang < 16 cannot capture one)
+  for (const auto& st : {std::pair<position_t, position_t>{3, 1}, {0, 9}, {-20, 40}, {5, 5}, {-1, -3}}) {
+    const position_t s = st.first, t = st.second;
     CAPTURE(s);
     CAPTURE(t);
     std::vector<T> out(static_cast<std::size_t>(d), T(0.5));

@@ -56,7 +56,9 @@ TEST_CASE("buckets: T5 bidirectional (32 buckets, max_distance 128) reproduces R
   const std::vector<std::pair<position_t, index_t>> published = {
       {-200, 15}, {-128, 15}, {-127, 15}, {-64, 14}, {-20, 10}, {-8, 8}, {-7, 7}, {-1, 1}, {0, 0},
       {1, 17},    {7, 23},    {8, 24},    {20, 26},  {64, 30},  {127, 31}, {128, 31}, {200, 31}};
-  for (auto [rel, bucket] : published) {
+  for (const auto& entry : published) {  // (CAPTURE is a lambda: no structured binding for clang < 16)
+    const position_t rel = entry.first;
+    const auto bucket = entry.second;
     CAPTURE(rel);
     CHECK(cn::t5_bucket(rel, cn::t5_buckets{32, 128, true}) == bucket);
   }
@@ -67,7 +69,9 @@ TEST_CASE("buckets: T5 bidirectional (32 buckets, max_distance 128) reproduces R
 TEST_CASE("buckets: T5 causal (32 buckets, max_distance 128) reproduces REFERENCE.md") {
   const std::vector<std::pair<position_t, index_t>> published = {
       {-200, 31}, {-128, 31}, {-64, 26}, {-20, 17}, {-16, 16}, {-15, 15}, {-1, 1}, {0, 0}, {1, 0}, {5, 0}};
-  for (auto [rel, bucket] : published) {
+  for (const auto& entry : published) {  // (CAPTURE is a lambda: no structured binding for clang < 16)
+    const position_t rel = entry.first;
+    const auto bucket = entry.second;
     CAPTURE(rel);
     CHECK(cn::t5_bucket(rel, cn::t5_buckets{32, 128, false}) == bucket);
   }
@@ -197,11 +201,11 @@ TEST_CASE("DeBERTa-v2: spans of 2^62 or more rejected (2*span rows); a log bucke
   CHECK_NOTHROW(cn::deberta_buckets({0, (position_t{1} << 62) - 1}).validate("t"));
   // heads·d past index_t: an error before any table is read (a 0×0 table: shape checks come after)
   const lrpe::row_matrix<double> none;
-  CHECK_THROWS_WITH_AS(cn::deberta_v2<double>(index_t{1} << 32, index_t{1} << 32, {0, 4}, none, none),
+  CHECK_THROWS_WITH_AS((void)cn::deberta_v2<double>(index_t{1} << 32, index_t{1} << 32, {0, 4}, none, none),
                        doctest::Contains("argument 'heads' must be >= 1 with heads*d an index_t"), lrpe::shape_error);
-  CHECK_THROWS_WITH_AS(cn::deberta_v2<double>::from_embeddings(index_t{1} << 32, index_t{1} << 32, {0, 4}, none, {}, {}),
+  CHECK_THROWS_WITH_AS((void)cn::deberta_v2<double>::from_embeddings(index_t{1} << 32, index_t{1} << 32, {0, 4}, none, {}, {}),
                        doctest::Contains("argument 'heads' must be >= 1 with heads*d an index_t"), lrpe::shape_error);
-  CHECK_THROWS_WITH_AS(cn::deberta_v2<double>::from_embeddings(0, 1, {0, 4}, none, {}, {}),
+  CHECK_THROWS_WITH_AS((void)cn::deberta_v2<double>::from_embeddings(0, 1, {0, 4}, none, {}, {}),
                        doctest::Contains("argument 'd' must be >= 1"), lrpe::shape_error);
   // bucket size 2^41, max_position 2^40 + 2: log((2^40 + 1)/2^40) ≈ 2^−40 in the denominator
   const position_t top = std::numeric_limits<position_t>::max();
@@ -224,7 +228,9 @@ TEST_CASE("buckets: DeBERTa-v2 log buckets (256, 512) reproduce REFERENCE.md") {
   const std::vector<std::pair<position_t, position_t>> published = {
       {0, 0},     {1, 1},     {127, 127}, {128, 128},   {129, 129},   {130, 130},   {200, 169},
       {300, 207}, {511, 255}, {512, 256}, {1000, 317},  {5000, 465},  {-129, -129}, {-1000, -317}};
-  for (auto [rel, bucket] : published) {
+  for (const auto& entry : published) {  // (CAPTURE is a lambda: no structured binding for clang < 16)
+    const position_t rel = entry.first;
+    const auto bucket = entry.second;
     CAPTURE(rel);
     CHECK(cn::deberta_log_bucket(rel, 256, 512) == bucket);
   }
@@ -254,9 +260,9 @@ TEST_CASE("buckets: ALiBi slopes for 8, 12 and 16 heads") {
   CHECK(cn::alibi_slopes(3).size() == 3);
   CHECK(cn::alibi_slopes(3)[2] == doctest::Approx(std::pow(2.0, -2.0)));  // slopes(4)[0] = 2^-2
   // a head count past what a vector can hold: an error before the c·2 of the power-of-two loop overflows
-  CHECK_THROWS_WITH_AS(cn::alibi_slopes(std::numeric_limits<lrpe::index_t>::max()),
+  CHECK_THROWS_WITH_AS((void)cn::alibi_slopes(std::numeric_limits<lrpe::index_t>::max()),
                        doctest::Contains("argument 'heads' must be in [1, "), lrpe::parameter_error);
-  CHECK_THROWS_AS(cn::alibi_slopes(0), lrpe::parameter_error);
+  CHECK_THROWS_AS((void)cn::alibi_slopes(0), lrpe::parameter_error);
 }
 
 TEST_CASE("buckets: clip") {

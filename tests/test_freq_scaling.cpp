@@ -45,7 +45,9 @@ TEST_CASE("YaRN with truncate = false and the mscale attention factor: HF transf
   const auto y = lrpe::freq::yarn(theta, 2, 2048, 1e4, 32, 1, /*truncate=*/false);
   const std::pair<std::size_t, double> hf[] = {{9, 0.07207484283313897}, {16, 0.006704647680752957},
                                                 {20, 0.0015949528078570802}};
-  for (const auto& [k, v] : hf) {
+  for (const auto& entry : hf) {  // (CAPTURE is a lambda: no structured binding for clang < 16)
+    const std::size_t k = entry.first;
+    const double v = entry.second;
     CAPTURE(k);
     CHECK(std::abs(y[k] / v - 1) <= 1e-14);
   }

@@ -386,7 +386,8 @@ TEST_CASE_TEMPLATE("softmax, reference and SIMD: a NaN or Inf in v reaches exact
         using poison = std::pair<index_t, index_t>;  // key, column
         const auto poisons = mode == 5 ? std::vector<poison>{{147, 5}, {148, 5}, {148, dv - 1}}
                                        : std::vector<poison>{{70, 5}, {100, dv - 1}, {148, 5}, {148, dv - 1}};
-        for (const auto& [poisoned, col] : poisons) {
+        for (const auto& poison_at : poisons) {
+          const index_t poisoned = poison_at.first, col = poison_at.second;  // (INFO captures them: no binding, clang < 16)
           for (const T bad : {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity()}) {
             rm<T> vv = v;
             vv(poisoned, col) = bad;
@@ -1168,7 +1169,8 @@ TEST_CASE_TEMPLATE("simd linear attention, every LRPE preset and feature map: ==
     INFO("preset " << name);
     int n = 0;
     // Offsets and sorted position arrays (n = 150 > the 64-row encode block: slices of both).
-    for (auto [causal, arrays] : {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}}) {
+    for (const auto& ca : {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}}) {
+      const bool causal = ca.first, arrays = ca.second;  // (CAPTURE is a lambda: clang < 16 captures no binding)
       const shape s{150, 150, d, 24, true, 5, 5, arrays};
       CAPTURE(arrays);
       linear_case_options lo{causal, lrpe::normalisation::denominator, 64, causal ? 0.9 : 1.0};

@@ -148,10 +148,10 @@ void softmax_kernel(reference, const softmax_problem<T>& p, const Logits& logits
         v_finite = v_tile.unaryExpr([](T x) { return std::isfinite(x) ? x : T(0); });
         acc.topRows(bq).noalias() += S * v_finite;
         for (index_t j = 0; j < bk; ++j)
-          for (index_t c = 0; c < dv; ++c)
-            if (!std::isfinite(v_tile(j, c)))
+          for (index_t col = 0; col < dv; ++col)
+            if (!std::isfinite(v_tile(j, col)))
               for (index_t i = 0; i < bq; ++i)
-                if (S(i, j) != T(0)) acc(i, c) += S(i, j) * v_tile(j, c);
+                if (S(i, j) != T(0)) acc(i, col) += S(i, j) * v_tile(j, col);
       }
 
       if constexpr (!std::is_same_v<ValueTerm, no_value_term>) {

@@ -262,15 +262,15 @@ class dft_phase_kernel {
     if (fast_transpose()) {
       b v[lanes];
       for (const T* src : {re, im}) {
-        const index_t half = src == re ? 0 : d;
+        const index_t part = src == re ? 0 : d;  // the re or the im half of a row
         for (index_t k0 = 0; k0 < d; k0 += lanes) {
           for (index_t j = 0; j < lanes; ++j) v[j] = b::load_aligned(src + (k0 + j) * lanes);
           compat::transpose_square(v);
           // A compile-time trip count for a whole group keeps v[] in registers.
           if (m == lanes) {
-            for (index_t r = 0; r < lanes; ++r) v[r].store_unaligned(rows + r * 2 * d + half + k0);
+            for (index_t r = 0; r < lanes; ++r) v[r].store_unaligned(rows + r * 2 * d + part + k0);
           } else {
-            for (index_t r = 0; r < m; ++r) v[r].store_unaligned(rows + r * 2 * d + half + k0);
+            for (index_t r = 0; r < m; ++r) v[r].store_unaligned(rows + r * 2 * d + part + k0);
           }
         }
       }

@@ -83,7 +83,9 @@ template <class Arch>
 inline void angle_cos_sin(position_t s, const double* theta, index_t count, double* c, double* sn) noexcept {
   using bd = xsimd::batch<double, Arch>;
   constexpr index_t w = static_cast<index_t>(bd::size);
-  const auto [m_hi, m_lo] = lrpe::detail::split(s);
+  // (not a structured binding: clang before 16 cannot capture one in a lambda)
+  const lrpe::detail::split_position m = lrpe::detail::split(s);
+  const double m_hi = m.hi, m_lo = m.lo;
   const auto block = [&](const double* th, double* co, double* si) {
     bd cv, sv;
     exact_product_cos_sin(m_hi, th, cv, sv);
