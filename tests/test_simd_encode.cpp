@@ -246,15 +246,18 @@ TEST_CASE_TEMPLATE("simd Type 8 at d = 32, 64, 128 (the per-row FFT on AVX-512 f
 TEST_CASE_TEMPLATE("simd: encoders without a SIMD kernel fall back and stay exact", T, float, double) {
   constexpr index_t d = 21, n = 17;
   const pos_case pc{false, 3, {}};
-  // User Λ: the whole encoder goes through the reference path, bit for bit.
+  // User Λ: the whole encoder goes through the reference path: the same scalar code, but each
+  // caller may inline its own copy (the Householder dot product, Eigen's FFT), and GCC's
+  // -ffp-contract=fast may fuse different products in each: equal to a few ulp, not bit for
+  // bit (a wrong path is O(1) off).
   const lrpe::encoder user_l(lrpe::p::householder<T>::seeded(d, 1), sign_lambda<T>{d});
   static_assert(lrpe::simd_encoder<decltype(user_l)>::path == lrpe::simd_path::reference);
   CHECK(!lrpe::simd_encoder<decltype(user_l)>(user_l).vectorised());
-  CHECK(simd_vs_reference(user_l, n, pc, 1) == 0);
+  CHECK(simd_vs_reference(user_l, n, pc, 1) <= 4 * std::numeric_limits<T>::epsilon());
   // Complex P with a real Λ: reference path.
   const lrpe::encoder dft_rot(lrpe::p::dft<T>(16), lrpe::lambda::rotation<T>(16));
   static_assert(lrpe::simd_encoder<decltype(dft_rot)>::path == lrpe::simd_path::reference);
-  CHECK(simd_vs_reference(dft_rot, n, pc, 2) == 0);
+  CHECK(simd_vs_reference(dft_rot, n, pc, 2) <= 4 * std::numeric_limits<T>::epsilon());
   // User P with a SIMD Λ: P's own apply, then the vectorised rotation in the same pass.
   const lrpe::encoder user_p(reverse_p<T>{d}, lrpe::lambda::rotation<T>(d, lrpe::freq::theta_a(20), lrpe::pairing::split_half));
   static_assert(lrpe::simd_encoder<decltype(user_p)>::path == lrpe::simd_path::lambda_vectorised);

@@ -2,12 +2,15 @@
  * @file mul_add.hpp
  * Internal: a scalar a·b + c whose rounding the code fixes, not the compiler.
  *
- * GCC contracts `o += w * v` into an FMA or not as its optimiser sees fit (-ffp-contract=fast),
- * and it may decide differently for two instantiations of the same loop: the scalar tail of a
- * kernel that has a plain and a zero-skipping variant then rounds differently in each, and a
- * result changes in the last bits with the variant the data selected. `mul_add` is one fused
- * operation where the target has FMA hardware (as xsimd::fma is in the vector code beside it)
- * and a product then a sum where it has none (no contraction is possible there).
+ * GCC contracts `o += w * v` into an FMA or not as its optimiser sees fit (-ffp-contract=fast,
+ * its default), and it may decide differently for two copies of the same loop: the scalar tail
+ * of a kernel with a plain and a zero-skipping variant, a tail inlined into several layout paths,
+ * a kernel instantiated for 1 and for 4 rows. Results that must agree bit for bit between such
+ * copies (a clean call and a call whose data selects the other variant, grouped-query decode and
+ * per-head calls, one encoder over two layouts) then differ in the last bits, on some hosts and
+ * tunings only. `mul_add` is one fused operation where the target has FMA hardware, and a
+ * product then a sum where it has none (no contraction is possible there): the rounding is the
+ * code's, not the compiler's.
  */
 #pragma once
 

@@ -146,7 +146,10 @@ void softmax_kernel(reference, const softmax_problem<T>& p, const Logits& logits
         // bit for bit), then each non-finite value times its nonzero weights.
         v_finite.resize(bk, dv);
         v_finite = v_tile.unaryExpr([](T x) { return std::isfinite(x) ? x : T(0); });
-        acc.topRows(bq).noalias() += S * v_finite;
+        // through the clean path's Map type: one Eigen product instantiation for both, whose
+        // summation order cannot differ
+        acc.topRows(bq).noalias() +=
+            S * Eigen::Map<const tile_t, 0, Eigen::OuterStride<>>(v_finite.data(), bk, dv, Eigen::OuterStride<>(dv));
         for (index_t j = 0; j < bk; ++j)
           for (index_t col = 0; col < dv; ++col)
             if (!std::isfinite(v_tile(j, col)))

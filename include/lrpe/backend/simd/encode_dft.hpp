@@ -694,8 +694,8 @@ class dft_phase_kernel {
     for (; k + lanes <= e; k += lanes)
       phase_store<Stream>(b::load_unaligned(zr + k), b::load_unaligned(zi + k), c + k, s + k, y + k, d);
     for (; k < e; ++k) {
-      y[k] = zr[k] * c[k] - zi[k] * s[k];
-      y[d + k] = zr[k] * s[k] + zi[k] * c[k];
+      y[k] = lrpe::detail::mul_add(zr[k], c[k], -(zi[k] * s[k]));
+      y[d + k] = lrpe::detail::mul_add(zr[k], s[k], zi[k] * c[k]);
     }
     for (; k < d; ++k) {
       y[k] = zr[k];

@@ -30,6 +30,7 @@
 #include <lrpe/backend/simd/parallel.hpp>
 #include <lrpe/backend/simd/softmax.hpp>
 #include <lrpe/backend/simd/workspace.hpp>
+#include <lrpe/detail/mul_add.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -429,8 +430,8 @@ struct linear_run {
       }
       T den = 0;
       for (index_t c = 0; c < f; ++c) {
-        z[c] = scale * z[c] + k[c];
-        den += q[c] * z[c];
+        z[c] = lrpe::detail::mul_add(scale, z[c], k[c]);
+        den = lrpe::detail::mul_add(q[c], z[c], den);
       }
       const T inv = normalise ? T(1) / std::max(den, static_cast<T>(p.eps)) : T(1);
       T* o = p.out.row(i);

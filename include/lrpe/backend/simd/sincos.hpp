@@ -22,6 +22,7 @@
 #include <lrpe/backend/simd/tag.hpp>
 #include <lrpe/core/config.hpp>
 #include <lrpe/detail/angle.hpp>
+#include <lrpe/detail/mul_add.hpp>
 
 #include <cmath>
 #include <cstddef>
@@ -211,8 +212,8 @@ class cos_sin_rows {
       const double* ss = step_s_.data() + j * count_;
       T* row = rows + j * stride;
       for (index_t k = 0; k < count_; ++k) {  // e^{i s0 θ}·e^{i j θ}, auto-vectorised
-        row[k] = static_cast<T>(c[k] * sc[k] - sn[k] * ss[k]);
-        row[count_ + k] = static_cast<T>(sn[k] * sc[k] + c[k] * ss[k]);
+        row[k] = static_cast<T>(lrpe::detail::mul_add(c[k], sc[k], -(sn[k] * ss[k])));
+        row[count_ + k] = static_cast<T>(lrpe::detail::mul_add(sn[k], sc[k], c[k] * ss[k]));
       }
     }
   }

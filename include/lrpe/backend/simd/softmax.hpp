@@ -614,7 +614,7 @@ void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>
         for (index_t j = 0; j < bk; ++j) {
           const T* kr = k.row(j0 + j);
           T t = 0;
-          for (index_t c = dw; c < d; ++c) t += qr[c] * kr[c];
+          for (index_t c = dw; c < d; ++c) t = lrpe::detail::mul_add(qr[c], kr[c], t);
           sr[j] += t;
         }
       }
@@ -641,7 +641,7 @@ void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>
         e.store_aligned(sr + u * W);
         sum += e;
       }
-      l[r] = a * l[r] + compat::reduce_add(sum);
+      l[r] = lrpe::detail::mul_add(a, l[r], compat::reduce_add(sum));
       m[r] = m_new;
       alpha[r] = a;
     }
@@ -695,7 +695,7 @@ void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>
     const auto pv_all = [&]<bool SkipZero>(std::bool_constant<SkipZero> skip) LRPE_ALWAYS_INLINE_LAMBDA {
       for (index_t r0 = 0; r0 + GR <= G; r0 += GR) pv_rows(std::integral_constant<index_t, GR>{}, skip, r0);
       if constexpr (G % GR != 0) pv_rows(std::integral_constant<index_t, G % GR>{}, skip, G - G % GR);
-      // the last dv mod W columns; mul_add rounds as the vector FMAs do, in both variants
+      // the last dv mod W columns (mul_add: the same rounding in both variants)
       for (index_t c = dvw; c < dv; ++c) {
         for (index_t r = 0; r < G; ++r) {
           T o = alpha[r] * ot[r * dvp + c];

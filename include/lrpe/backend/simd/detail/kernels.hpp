@@ -26,6 +26,7 @@
 #include <lrpe/backend/simd/detail/prefetch.hpp>
 #include <lrpe/backend/simd/sincos.hpp>
 #include <lrpe/backend/simd/xsimd_compat.hpp>
+#include <lrpe/detail/mul_add.hpp>
 #include <lrpe/lambda/complex_phase.hpp>
 #include <lrpe/lambda/identity.hpp>
 #include <lrpe/lambda/permutation_power.hpp>
@@ -568,7 +569,7 @@ inline T row_dot(const T* a, const T* b, index_t n) noexcept {
   }
   for (; c + W <= n; c += W) s0 = xsimd::fma(B::load_unaligned(a + c), B::load_unaligned(b + c), s0);
   T s = compat::reduce_add(s0 + s1);
-  for (; c < n; ++c) s += a[c] * b[c];
+  for (; c < n; ++c) s = lrpe::detail::mul_add(a[c], b[c], s);
   return s;
 }
 
@@ -621,7 +622,7 @@ struct p_kernel<Arch, p::householder<T>> {
     index_t i = 0;
     for (; i + w <= d_; i += w)
       xsimd::fma(vm2, b::load_unaligned(v_ + i), b::load_unaligned(x + i)).store_unaligned(y + i);
-    for (; i < d_; ++i) y[i] = x[i] + m2 * v_[i];
+    for (; i < d_; ++i) y[i] = lrpe::detail::mul_add(m2, v_[i], x[i]);
   }
 
   /// As a row map (μ = −2 v·x): Λ applies P while it loads the row.
@@ -658,14 +659,16 @@ struct p_kernel<Arch, p::householder<T>> {
     compat::haddp(acc).store_aligned(dots);
     for (index_t r = 0; r < cnt; ++r) {
       T tail = 0;
-      for (index_t c = i; c < d_; ++c) tail += x[r * xs + c] * v_[c];
+      for (index_t c = i; c < d_; ++c) tail = lrpe::detail::mul_add(x[r * xs + c], v_[c], tail);
       st[r].mu = T(-2) * (dots[r] + tail);
     }
   }
   LRPE_ALWAYS_INLINE b map(const row_state& st, index_t j, b x) const noexcept {
     return xsimd::fma(b(st.mu), b::load_unaligned(v_ + j), x);
   }
-  LRPE_ALWAYS_INLINE T map1(const row_state& st, index_t j, T x) const noexcept { return x + st.mu * v_[j]; }
+  LRPE_ALWAYS_INLINE T map1(const row_state& st, index_t j, T x) const noexcept {
+    return lrpe::detail::mul_add(st.mu, v_[j], x);
+  }
   /// The unit vector v of P = I − 2vvᵀ (for Λ kernels that specialise on a reflection).
   [[nodiscard]] const T* reflector() const noexcept { return v_; }
 
@@ -762,7 +765,7 @@ struct dense_real_p {
     }
     for (; i < d; ++i) {
       T acc = 0;
-      for (index_t n = 0; n < d; ++n) acc += col[n * d + i] * x[n];
+      for (index_t n = 0; n < d; ++n) acc = lrpe::detail::mul_add(col[n * d + i], x[n], acc);
       y[i] = acc;
     }
   }
@@ -1083,8 +1086,8 @@ struct l_kernel<Arch, lambda::rotation<T>> {
 #endif
       for (; k < half_; ++k) {
         const T a = xa[k], bb = xb[k];
-        out[2 * k] = a * c[k] - bb * s[k];
-        out[2 * k + 1] = bb * c[k] + a * s[k];
+        out[2 * k] = lrpe::detail::mul_add(a, c[k], -(bb * s[k]));
+        out[2 * k + 1] = lrpe::detail::mul_add(bb, c[k], a * s[k]);
       }
       for (index_t j = e; j < d_; ++j) out[j] = (j % 2 == 0) ? xa[j / 2] : xb[j / 2];  // pass-through of Px
     }
@@ -1159,8 +1162,8 @@ struct l_kernel<Arch, lambda::rotation<T>> {
     }
     for (; i < e; i += 2) {
       const T a = map.map1(st, i, x[i]), bb = map.map1(st, i + 1, x[i + 1]), ck = c[i / 2], sk = s[i / 2];
-      y[i] = a * ck - bb * sk;
-      y[i + 1] = bb * ck + a * sk;
+      y[i] = lrpe::detail::mul_add(a, ck, -(bb * sk));
+      y[i + 1] = lrpe::detail::mul_add(bb, ck, a * sk);
     }
   }
 
@@ -1182,8 +1185,8 @@ struct l_kernel<Arch, lambda::rotation<T>> {
     }
     for (; k < half_; ++k) {
       const T a = map.map1(st, k, xa[k]), bb = map.map1(st, half_ + k, xb[k]);
-      ya[k] = a * c[k] - bb * s[k];
-      yb[k] = bb * c[k] + a * s[k];
+      ya[k] = lrpe::detail::mul_add(a, c[k], -(bb * s[k]));
+      yb[k] = lrpe::detail::mul_add(bb, c[k], a * s[k]);
     }
   }
 
