@@ -3,10 +3,11 @@
 # Runtime dispatch for the SIMD backend (xsimd::dispatch): compiles every <src> once per xsimd
 # arch into an object library with that arch's compiler flags and
 #   -DLRPE_SIMD_DISPATCH_ARCH=xsimd::<arch>
-# links the objects into <target>, and defines LRPE_BENCH_DISPATCH=1 on <target>. Each source
+# links the objects into <target>, and defines LRPE_SIMD_DISPATCH=1 on <target>. Each source
 # should hold only explicit instantiations of `operator()<Arch>` of a functor that
 # `xsimd::dispatch<xsimd::arch_list<...>>` calls (see bench/dispatch/). The header-only default
 # stays compile-time (`backend::simd<>` = xsimd::default_arch of the including TU).
+# Installed with lrpe's CMake package: `find_package(lrpe COMPONENTS simd)` defines it.
 #
 # ARCHS defaults to "avx512bw;avx2;sse2". Known arches: avx512bw avx512f avx2 fma3_avx2 avx sse4_2
 # sse2. The per-arch objects do not get -march=native (lrpe_add_native is not applied to them).
@@ -43,7 +44,7 @@ function(lrpe_simd_dispatch target)
     add_library(${_obj} OBJECT ${_arg_SOURCES})
     target_link_libraries(${_obj} PRIVATE lrpe::simd)
     target_compile_options(${_obj} PRIVATE ${_flags_${_arch}})
-    target_compile_definitions(${_obj} PRIVATE LRPE_SIMD_DISPATCH_ARCH=xsimd::${_arch} LRPE_BENCH_DISPATCH=1)
+    target_compile_definitions(${_obj} PRIVATE LRPE_SIMD_DISPATCH_ARCH=xsimd::${_arch} LRPE_SIMD_DISPATCH=1)
     set_target_properties(${_obj} PROPERTIES CXX_EXTENSIONS OFF)
     if(COMMAND lrpe_add_warnings)
       lrpe_add_warnings(${_obj})
@@ -53,5 +54,5 @@ function(lrpe_simd_dispatch target)
     endif()
     target_sources(${target} PRIVATE $<TARGET_OBJECTS:${_obj}>)
   endforeach()
-  target_compile_definitions(${target} PRIVATE LRPE_BENCH_DISPATCH=1)
+  target_compile_definitions(${target} PRIVATE LRPE_SIMD_DISPATCH=1)
 endfunction()

@@ -1,6 +1,6 @@
 // Runtime-dispatched SIMD encode for bench_simd_encode: one explicit instantiation per arch in
 // simd_encode_arch.cpp, compiled once per arch by lrpe_simd_dispatch (cmake/lrpeSimdDispatch.cmake),
-// which defines LRPE_BENCH_DISPATCH when the per-arch objects are linked. Without them (a plain
+// which defines LRPE_SIMD_DISPATCH when the per-arch objects are linked. Without them (a plain
 // one-file build) the calls go to the compile-time default arch.
 #pragma once
 
@@ -30,7 +30,7 @@ void rope_neox_qk::operator()(Arch, const lrpe::rope_neox<float>& enc, const flo
 
 #if defined(LRPE_SIMD_DISPATCH_ARCH)
 // A per-arch object: only the functor (instantiated in simd_encode_arch.cpp).
-#elif defined(LRPE_BENCH_DISPATCH)
+#elif defined(LRPE_SIMD_DISPATCH)
 // The arch list and its explicit instantiations (simd_encode_arch.cpp, one object per arch).
 using dispatch_archs = xsimd::arch_list<xsimd::avx512bw, xsimd::avx2, xsimd::sse2>;
 extern template void rope_neox_qk::operator()<xsimd::avx512bw>(xsimd::avx512bw, const lrpe::rope_neox<float>&,

@@ -5,6 +5,8 @@
  */
 #pragma once
 
+#include <lrpe/detail/warnings_push.hpp>
+
 #include <lrpe/core/concepts.hpp>
 #include <lrpe/core/config.hpp>
 #include <lrpe/core/error.hpp>
@@ -37,3 +39,5 @@
 #include <lrpe/attention/attention.hpp>
 #include <lrpe/backend/reference/encode.hpp>
 #include <lrpe/canonical/canonical.hpp>
+
+#include <lrpe/detail/warnings_pop.hpp>

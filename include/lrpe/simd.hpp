@@ -7,8 +7,10 @@
 #pragma once
 
 #if !defined(LRPE_HAS_SIMD)
-#error "<lrpe/simd.hpp> needs the lrpe::simd CMake target: target_link_libraries(<your target> PRIVATE lrpe::simd) (it finds xsimd and defines LRPE_HAS_SIMD). Without SIMD, include <lrpe/lrpe.hpp> and use backend::reference."
+#error "<lrpe/simd.hpp> needs LRPE_HAS_SIMD. With CMake: target_link_libraries(<your target> PRIVATE lrpe::simd) (it finds xsimd and defines LRPE_HAS_SIMD=1). Without CMake: xsimd >= 8 on the include path and -DLRPE_HAS_SIMD=1. Build with -march=native (or the ISA you deploy to): without it the kernels are SSE2. Without SIMD, include <lrpe/lrpe.hpp> and use backend::reference."
 #endif
+
+#include <lrpe/detail/warnings_push.hpp>
 
 #include <lrpe/lrpe.hpp>
 
@@ -20,3 +22,5 @@
 #include <lrpe/backend/simd/parallel.hpp>
 #include <lrpe/backend/simd/softmax.hpp>
 #include <lrpe/backend/simd/linear.hpp>
+
+#include <lrpe/detail/warnings_pop.hpp>
