@@ -19,10 +19,12 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <initializer_list>
 #include <iterator>
 #include <ranges>
 #include <span>
 #include <type_traits>
+#include <utility>
 
 namespace lrpe {
 inline namespace v0 {
@@ -76,6 +78,42 @@ inline constexpr bool is_heads_view_v = false;
 template <class T>
 inline constexpr bool is_heads_view_v<heads_view<T>> = true;
 
+/**
+ * batch·heads, and the offsets the heads form, are index_t: the multi-head loops count
+ * batch·heads matrices, and head(b, h) starts at b·batch_stride + h·head_stride (its rows, when
+ * it has elements, up to (seq − 1)·seq_stride + dim − 1 further). Checked for a view built field
+ * by field (`bnsh`/`bsnh` give such extents already). Positive and negative offsets are summed
+ * apart, so that no partial sum overflows either. Negative extents are left to `validate_heads`,
+ * which names them.
+ */
+template <class T>
+void require_heads_extents(const heads_view<T>& x, const char* where, const char* arg) {
+  if (x.batch < 0 || x.heads < 0 || x.seq < 0 || x.dim < 0) return;
+  index_t count = 0;
+  require_shape(!__builtin_mul_overflow(x.batch, x.heads, &count), where, arg, "must have batch*heads an index_t",
+                lazy_concat(x.batch, "x", x.heads));
+  if (count == 0) return;
+  const bool rows = x.seq > 0 && x.dim > 0;
+  index_t hi = rows ? x.dim - 1 : 0, lo = 0;
+  bool fits = true;
+  for (const auto& [n, stride] : {std::pair{x.batch, x.batch_stride}, std::pair{x.heads, x.head_stride},
+                                  std::pair{rows ? x.seq : 1, x.seq_stride}}) {
+    index_t term = 0;
+    fits = fits && !__builtin_mul_overflow(n - 1, stride, &term) &&
+           !__builtin_add_overflow(term >= 0 ? hi : lo, term, term >= 0 ? &hi : &lo);
+  }
+  require_shape(fits, where, arg,
+                "must have the offset of its last element ((batch-1)*batch_stride + (heads-1)*head_stride + "
+                "(seq-1)*seq_stride + dim-1) an index_t",
+                lazy_concat("strides ", x.batch_stride, ", ", x.head_stride, ", ", x.seq_stride, " for ", x.batch, "x",
+                            x.heads, "x", x.seq, "x", x.dim));
+}
+
+/**
+ * A multi-head view, checked whole before any head runs (so that no head, on any thread, meets
+ * a bad one): non-negative extents, seq_stride >= dim, the extents of `require_heads_extents`,
+ * and non-null data when it has elements.
+ */
 template <class T>
 void validate_heads(const heads_view<T>& x, const char* where, const char* arg) {
   require_shape(x.batch >= 0 && x.heads >= 0 && x.seq >= 0 && x.dim >= 0, where, arg,
@@ -84,6 +122,24 @@ void validate_heads(const heads_view<T>& x, const char* where, const char* arg) 
   // is the heads count, which the callers' batch/heads checks name)
   require_shape(x.seq <= 1 || x.batch == 0 || x.heads == 0 || x.seq_stride >= x.dim, where, arg,
                 lazy_concat("must have seq_stride >= dim (", x.dim, ")"), x.seq_stride);
+  require_heads_extents(x, where, arg);
+  // (each head's own call checks only its own pointer, data + offset, which is not null)
+  const bool has_elements = x.batch > 0 && x.heads > 0 && x.seq > 0 && x.dim > 0;
+  require_shape(!has_elements || x.data != nullptr, where, arg, "must have non-null data when non-empty", "nullptr");
+}
+
+/**
+ * The lengths and widths every head's call needs, checked once for the whole call: the grouped
+ * decode path (one call per K/V head, writing out by head_stride) makes no per-head call that
+ * would see out.seq.
+ */
+template <class TQ, class TK, class TV, class T>
+void require_head_shapes(const heads_view<TQ>& q, const heads_view<TK>& k, const heads_view<TV>& v,
+                         const heads_view<T>& out, const char* where) {
+  require_equal(k.dim, q.dim, where, "k.dim", "q.dim");
+  require_equal(v.seq, k.seq, where, "v.seq", "k.seq");
+  require_equal(out.seq, q.seq, where, "out.seq", "q.seq");
+  require_equal(out.dim, v.dim, where, "out.dim", "v.dim");
 }
 
 template <class T, class U>
@@ -198,7 +254,10 @@ void for_each_head(const Backend& b, index_t count, F&& f) {
  * G of q.heads; query head h then reads K/V head h / (q.heads / G) (HF's `repeat_kv` order),
  * with query head h's encoding applied to both. The result equals the call with K and V
  * repeated to q.heads heads, without the copy.
- * @throws shape_error (k's batch or heads, v's not k's, out's not q's), and the single-head errors.
+ * Every view is checked whole before any head runs, on any backend and thread.
+ * @throws shape_error (k's batch or heads; v's batch, heads or seq not k's; out's batch, heads or
+ * seq not q's, or its dim not v's; k's dim not q's; a view with elements and null data, or whose
+ * batch·heads or last element's offset is not an index_t), and the single-head errors.
  */
 template <class TQ, class TK, class TV, class T, class Encodings, class Reweight = no_reweighting,
           class Backend = backend::reference>
@@ -214,6 +273,7 @@ void softmax_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const h
   detail::require_kv_heads(q, k, where, "k");
   detail::require_same_bh(k, v, where, "v");
   detail::require_same_bh(q, out, where, "out");
+  detail::require_head_shapes(q, k, v, out, where);
   detail::check_head_encodings<std::remove_const_t<TQ>>(encodings, q.heads, q.dim, where);
   // Decode with grouped K/V (GQA, MQA): one query row per head and one encoding for every head.
   // The group's query heads are the rows of one call over their K/V head, which is then read
@@ -323,6 +383,7 @@ void linear_attention_heads(const heads_view<TQ>& q, const heads_view<TK>& k, co
   require_kv_heads(q, k, where, "k");
   require_same_bh(k, v, where, "v");
   require_same_bh(q, out, where, "out");
+  require_head_shapes(q, k, v, out, where);
   require_feature_map<T>(phi, where);
   if (!options.head_decays.empty()) {
     require_size(static_cast<index_t>(options.head_decays.size()), q.heads, where, "options.head_decays");
@@ -365,6 +426,8 @@ void linear_attention_heads(const heads_view<TQ>& q, const heads_view<TK>& k, co
  * `options.decay` when `head_decays` is empty). k and v may have fewer heads than q
  * (grouped-query attention, as in the softmax entry point: query head h reads K/V head
  * h / (q.heads / k.heads)).
+ * @throws shape_error for the views as in the multi-head `softmax_attention` (every view checked
+ * whole before any head runs), parameter_error (`options.head_decays`), and the single-head errors.
  */
 template <class TQ, class TK, class TV, class T, class Encodings, class Phi, class Backend = backend::reference>
 void linear_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const heads_view<TV>& v,

@@ -66,6 +66,37 @@ inline void require_decay_carry(double carry, const char* where, const char* arg
                     "must be within 2^-16 of 1 (the state's decay carry)", carry);
 }
 
+/**
+ * A state's contents from outside (a snapshot, or S and z handed to `assign`) are what a state can
+ * hold: λ in (0, 1], and with no key folded in (count 0) S = 0, z = 0 and last position 0 (its
+ * values before the first key). A count of 0 with anything else is corrupt, and resuming it gave
+ * wrong outputs after the next key (the keys held by S and z would have been dropped or kept
+ * inconsistently). S and z may hold NaN or ±∞ when count > 0: what a state that met them holds.
+ */
+template <class V>
+void require_state_contents(double decay, position_t last, index_t count, std::span<const V> kv,
+                            std::span<const V> k_sum, const char* where, const char* decay_arg,
+                            const char* count_arg) {
+  require_decay(decay, where, decay_arg);
+  if (count != 0) return;
+  const auto check = [&](std::span<const V> part, const char* name) {
+    const auto it = std::find_if(part.begin(), part.end(), [](V x) { return !(x == V(0)); });
+    if (it == part.end()) return;
+    fail<parameter_error>(where, count_arg,
+                          lazy_concat("must be > 0 when S or z has a nonzero entry (an empty state holds S = 0 and "
+                                      "z = 0; ",
+                                      name, "[", it - part.begin(), "] = ", *it, ")"),
+                          count);
+  };
+  check(kv, "S");
+  check(k_sum, "z");
+  require_parameter(last == 0, where, count_arg,
+                    lazy_concat("must be > 0 when last_position is not 0 (an empty state's last position is 0; "
+                                "last_position = ",
+                                last, ")"),
+                    count);
+}
+
 }  // namespace detail
 
 /**
@@ -104,8 +135,16 @@ struct linear_attention_snapshot {
 
   /**
    * Inverse of `to_flat()`; also reads version 1 (no decay carry: 7 header entries, carry 1).
+   *
+   * A valid snapshot is one a state can hold (checked here, and again when a state resumes from
+   * it): a header of whole numbers with f·dv + f entries after it; λ in (0, 1]; a decay carry
+   * within 2^-16 of 1; S and z entries within T's range; and with count 0 (no key folded in)
+   * S = 0, z = 0 and last_position 0. These are invariants, not a checksum: a corrupted nonzero
+   * entry of S with a plausible count is not detected (transport checksums belong to the
+   * transport, and a checksum would reject snapshots written by other code).
    * @throws shape_error if the vector is not a state of either format; parameter_error for an
-   * entry out of the state type's range or a decay carry not within 2^-16 of 1.
+   * entry out of the state type's range, a decay out of (0, 1] (domain_error if NaN), a decay
+   * carry not within 2^-16 of 1, or a count of 0 with a nonzero S, z or last position.
    */
   static linear_attention_snapshot from_flat(std::span<const double> flat) {
     constexpr const char* where = "lrpe::linear_attention_snapshot::from_flat";
@@ -151,9 +190,11 @@ struct linear_attention_snapshot {
           !std::isfinite(x) || std::abs(x) <= static_cast<double>(std::numeric_limits<T>::max()), where, "flat",
           detail::lazy_concat("must hold S and z entries within the state type's range (entry ", i, ")"), x);
     }
-    const auto first = flat.begin() + static_cast<std::ptrdiff_t>(header);
-    s.kv.assign(first, first + static_cast<std::ptrdiff_t>(nkv));
-    s.k_sum.assign(first + static_cast<std::ptrdiff_t>(nkv), flat.end());
+    const std::span<const double> body = flat.subspan(header);
+    detail::require_state_contents(s.decay, s.last_position, s.count, body.first(nkv), body.subspan(nkv), where,
+                                   "flat[3] (decay)", "flat[6] (count)");
+    s.kv.assign(body.begin(), body.begin() + static_cast<std::ptrdiff_t>(nkv));
+    s.k_sum.assign(body.begin() + static_cast<std::ptrdiff_t>(nkv), body.end());
     return s;
   }
 };
@@ -187,7 +228,8 @@ class linear_attention_state {
     k_sum_ = dense_vector<T>::Zero(feature_dim);
   }
 
-  /// Resumes an exported state. @throws shape_error / parameter_error on an inconsistent snapshot.
+  /// Resumes an exported state. @throws shape_error / parameter_error on an inconsistent snapshot
+  /// (sizes, λ, carry, or a count of 0 with a nonzero S, z or last position; see `from_flat`).
   explicit linear_attention_state(const linear_attention_snapshot<T>& s)
       : linear_attention_state(checked(s).feature_dim, s.value_dim, s.decay) {
     for (index_t i = 0; i < s.feature_dim; ++i) {
@@ -236,16 +278,29 @@ class linear_attention_state {
    * k_sum). The keys it folded in must not precede `last_position()`. `decay_carry` is the
    * kernel's carried rounding of its decay factors (`detail::carried_decay`, started from
    * `decay_carry()`); 1 (the default) is always valid.
-   * @throws shape_error (kv_stride < value_dim()), parameter_error (count below count(), a last
-   * position before last_position(), or a decay carry not within 2^-16 of 1).
+   * @throws shape_error (kv or k_sum null, kv_stride < value_dim()), parameter_error (count below
+   * count(), a last position before last_position(), a decay carry not within 2^-16 of 1, or a
+   * count of 0 with a nonzero S or z).
    */
   void assign(const T* kv, index_t kv_stride, const T* k_sum, position_t last_position, index_t count,
               double decay_carry = 1.0) {
     constexpr const char* where = "lrpe::linear_attention_state::assign";
+    detail::require_shape(kv != nullptr || feature_dim() == 0, where, "kv", "must be non-null", "nullptr");
+    detail::require_shape(k_sum != nullptr || feature_dim() == 0, where, "k_sum", "must be non-null", "nullptr");
     detail::require_shape(kv_stride >= value_dim(), where, "kv_stride",
                           detail::lazy_concat("must be >= value_dim() = ", value_dim()), kv_stride);
     detail::require_parameter(count >= count_, where, "count", detail::lazy_concat("must be >= count() = ", count_),
                               count);
+    if (count == 0) {  // still empty: S and z must be zero (scanned only in this rare case)
+      bool zero = true;
+      for (index_t i = 0; i < feature_dim(); ++i) {
+        zero = zero && k_sum[i] == T(0);
+        for (index_t j = 0; j < value_dim(); ++j) zero = zero && kv[i * kv_stride + j] == T(0);
+      }
+      detail::require_parameter(zero, where, "count",
+                                "must be > 0 when S or z has a nonzero entry (an empty state holds S = 0 and z = 0)",
+                                count);
+    }
     if (count_ > 0 && count > count_) require_not_before(last_position, where, "last_position");
     detail::require_decay_carry(decay_carry, where, "decay_carry");
     carry_ = decay_carry;
@@ -395,8 +450,10 @@ class linear_attention_state {
   /// feature_dim × value_dim, which may overflow for a corrupted snapshot).
   static const linear_attention_snapshot<T>& checked(const linear_attention_snapshot<T>& s) {
     constexpr const char* where = "lrpe::linear_attention_state";
-    detail::require_dim(s.feature_dim, where, "snapshot.feature_dim");
-    detail::require_dim(s.value_dim, where, "snapshot.value_dim");
+    // (>= 1 only: the sizes of the vectors the snapshot holds bound them; the state's own
+    // constructor then checks them against lrpe::max_dim)
+    detail::require_shape(s.feature_dim >= 1, where, "snapshot.feature_dim", "must be >= 1", s.feature_dim);
+    detail::require_shape(s.value_dim >= 1, where, "snapshot.value_dim", "must be >= 1", s.value_dim);
     const auto nkv = static_cast<index_t>(s.kv.size());
     detail::require_shape(nkv % s.value_dim == 0 && nkv / s.value_dim == s.feature_dim, where, "snapshot.kv",
                           detail::lazy_concat("must have feature_dim × value_dim = ", s.feature_dim, " × ", s.value_dim,
@@ -405,6 +462,8 @@ class linear_attention_state {
     detail::require_size(static_cast<index_t>(s.k_sum.size()), s.feature_dim, where, "snapshot.k_sum");
     detail::require_shape(s.count >= 0, where, "snapshot.count", "must be >= 0", s.count);
     detail::require_decay_carry(s.decay_carry, where, "snapshot.decay_carry");
+    detail::require_state_contents(s.decay, s.last_position, s.count, std::span<const T>(s.kv),
+                                   std::span<const T>(s.k_sum), where, "snapshot.decay", "snapshot.count");
     return s;
   }
 

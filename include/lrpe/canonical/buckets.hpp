@@ -81,10 +81,14 @@ struct t5_buckets {
  * Bidirectional: half the buckets per direction, rel > 0 (key after query) in the upper half;
  * causal: rel ← −min(rel, 0) (every future key shares bucket 0). Then |rel| < max_exact is its
  * own bucket, larger offsets share log-spaced buckets up to max_distance, capped at the last.
- * The log is taken only when |rel| ≥ max_exact (log 0 is never formed). Computed in double.
- * @return a bucket in [0, num_buckets). Does not validate `cfg` (see `t5_buckets::validate`).
+ * The log is taken only when |rel| ≥ max_exact (log 0 is never formed). Computed in double;
+ * defined for every int64 rel and every valid `cfg` (no NaN is formed, nothing past int64 is
+ * converted).
+ * @return a bucket in [0, num_buckets).
+ * @throws parameter_error unless `cfg` is valid (`t5_buckets::validate`).
  */
-[[nodiscard]] inline index_t t5_bucket(position_t rel, const t5_buckets& cfg) noexcept {
+[[nodiscard]] inline index_t t5_bucket(position_t rel, const t5_buckets& cfg) {
+  cfg.validate("lrpe::canonical::t5_bucket");
   index_t nb = cfg.num_buckets;
   index_t bucket = 0;
   position_t r = rel;
@@ -95,14 +99,20 @@ struct t5_buckets {
   } else {
     r = r < 0 ? saturating_abs(r) : 0;
   }
-  const index_t max_exact = nb / 2;
+  const index_t max_exact = nb / 2;  // ≥ 1 for a valid cfg
   if (r < max_exact) return bucket + static_cast<index_t>(r);
-  const double large = static_cast<double>(max_exact) +
-                       std::log(static_cast<double>(r) / static_cast<double>(max_exact)) /
-                           std::log(static_cast<double>(cfg.max_distance) / static_cast<double>(max_exact)) *
+  // Both logs are ≥ 0 (r ≥ max_exact and max_distance > max_exact, so the rounded ratios are ≥ 1).
+  // The base's log is 0 when max_distance/max_exact rounds to 1 in double (both near 2^61): then
+  // r = max_exact keeps its own bucket (log 0 over log 0 would be NaN) and larger r go past the
+  // cap (+∞).
+  const double above = std::log(static_cast<double>(r) / static_cast<double>(max_exact));
+  const double large =
+      above == 0 ? static_cast<double>(max_exact)
+                 : static_cast<double>(max_exact) +
+                       above / std::log(static_cast<double>(cfg.max_distance) / static_cast<double>(max_exact)) *
                            static_cast<double>(nb - max_exact);
-  // large ≥ max_exact here; compare in double before converting (huge r stays in range)
-  const index_t capped = large >= static_cast<double>(nb - 1) ? nb - 1 : static_cast<index_t>(large);
+  // large ≥ max_exact here; compared in double before converting (huge r stays in range)
+  const index_t capped = large < static_cast<double>(nb - 1) ? static_cast<index_t>(large) : nb - 1;
   return bucket + capped;
 }
 
@@ -143,19 +153,30 @@ struct deberta_buckets {
 /**
  * DeBERTa-v2's log bucket of rel = query_pos − key_pos (HF `make_log_bucket_position`):
  * mid = bucket_size/2; offsets with |rel| ≤ mid are kept; larger ones map to
- * sign(rel)·(⌈log(|rel|/mid)/log((max_position−1)/mid)·(mid−1)⌉ + mid). Computed in double.
- * The result is odd in rel and unbounded in magnitude (the attention span clamps it).
+ * sign(rel)·(⌈log(|rel|/mid)/log((max_position−1)/mid)·(mid−1)⌉ + mid). Computed in double;
+ * defined for every int64 rel (|INT64_MIN| reads as 2^63 − 1). The result is odd in rel and
+ * unbounded in magnitude (the attention span clamps it), saturated at ±(2^63 − 1).
+ * @throws parameter_error if bucket_size < 4 or max_position ≤ bucket_size/2 + 1 (the log base
+ * (max_position − 1)/mid would be ≤ 1: the buckets would not grow with |rel|, or change sign).
  */
-[[nodiscard]] inline position_t deberta_log_bucket(position_t rel, index_t bucket_size,
-                                                   position_t max_position) noexcept {
+[[nodiscard]] inline position_t deberta_log_bucket(position_t rel, index_t bucket_size, position_t max_position) {
+  constexpr const char* where = "lrpe::canonical::deberta_log_bucket";
+  detail::require_parameter(bucket_size >= 4, where, "bucket_size", "must be >= 4", bucket_size);
+  // max_position − 1 > mid, tested without forming max_position − 1 (INT64_MIN − 1 overflows)
+  detail::require_parameter(max_position > bucket_size / 2 + 1, where, "max_position",
+                            detail::lazy_concat("must be > bucket_size/2 + 1 = ", bucket_size / 2 + 1), max_position);
   const position_t mid = bucket_size / 2;
   const position_t a = (rel < mid && rel > -mid) ? mid - 1 : saturating_abs(rel);
   if (a <= mid) return rel;
+  // Both logs are ≥ 0 (the rounded ratios are ≥ 1); they are 0 only where a/mid or
+  // (max_position − 1)/mid rounds to 1 in double (mid near 2^61 or more): a/mid = 1 then gives
+  // mid (0/0 would be NaN), and a larger a over a base of 1 gives +∞.
+  const double above = std::log(static_cast<double>(a) / static_cast<double>(mid));
   const double log_pos =
-      std::ceil(std::log(static_cast<double>(a) / static_cast<double>(mid)) /
-                std::log(static_cast<double>(max_position - 1) / static_cast<double>(mid)) *
-                static_cast<double>(mid - 1)) +
-      static_cast<double>(mid);
+      above == 0 ? static_cast<double>(mid)
+                 : std::ceil(above / std::log(static_cast<double>(max_position - 1) / static_cast<double>(mid)) *
+                             static_cast<double>(mid - 1)) +
+                       static_cast<double>(mid);
   // log_pos ≥ mid > 0; past int64 (a huge span with max_position near mid) it saturates, as the
   // offsets do: the attention span clamps either
   constexpr double top = 0x1p63;
@@ -164,9 +185,9 @@ struct deberta_buckets {
 }
 
 /// DeBERTa-v2's relative position of (query s, key t): the log bucket of s − t when enabled,
-/// else s − t itself.
-[[nodiscard]] inline position_t deberta_relative_position(position_t s, position_t t,
-                                                          const deberta_buckets& cfg) noexcept {
+/// else s − t itself. @throws parameter_error as `deberta_log_bucket` for a `cfg` whose log
+/// buckets are not valid (`deberta_buckets::validate`).
+[[nodiscard]] inline position_t deberta_relative_position(position_t s, position_t t, const deberta_buckets& cfg) {
   const position_t rel = saturating_offset(t, s);  // s − t
   return cfg.log_buckets() ? deberta_log_bucket(rel, cfg.position_buckets, cfg.max_relative_positions) : rel;
 }
@@ -175,14 +196,12 @@ struct deberta_buckets {
  * ALiBi's head slopes (ofirpress/attention_with_linear_biases, `get_slopes`): for n a power of
  * two, start = 2^(−8/n) and slopes start¹ … startⁿ; otherwise, with c = 2^⌊log2 n⌋, the c-head
  * slopes followed by every other slope of the 2c-head list, first n − c of them.
- * @throws parameter_error if heads < 1.
+ * @throws parameter_error if heads < 1 or heads > lrpe::max_dim.
  */
 [[nodiscard]] inline std::vector<double> alibi_slopes(index_t heads) {
-  // at most vector<double>'s max_size() / 2, so that 2·c below is an index_t (a larger count could
-  // not be allocated anyway)
-  constexpr auto most = static_cast<index_t>(std::numeric_limits<index_t>::max() / 16);
-  detail::require_parameter(heads >= 1 && heads <= most, "lrpe::canonical::alibi_slopes", "heads",
-                            detail::lazy_concat("must be in [1, ", most, "]"), heads);
+  // at most lrpe::max_dim, as every size a table is allocated for (2·c below is then an index_t)
+  detail::require_parameter(heads >= 1 && heads <= max_dim, "lrpe::canonical::alibi_slopes", "heads",
+                            detail::lazy_concat("must be in [1, ", max_dim, "] (lrpe::max_dim)"), heads);
   auto power_of_two = [](index_t n) {
     std::vector<double> s(static_cast<std::size_t>(n));
     const double start = std::exp2(-8.0 / static_cast<double>(n));

@@ -64,8 +64,14 @@ class urpe {
     table_ = detail_::share(std::move(table));
   }
   /// C = 1 for every head and bucket (training then starts as plain RPE).
+  /// @throws shape_error (heads < 1, heads or num_buckets > lrpe::max_dim), parameter_error (cfg).
   [[nodiscard]] static urpe ones(index_t heads, t5_buckets cfg = default_buckets) {
-    lrpe::detail::require_shape(heads >= 1, "lrpe::canonical::urpe::ones", "heads", "must be >= 1", heads);
+    constexpr const char* where = "lrpe::canonical::urpe::ones";
+    lrpe::detail::require_shape(heads >= 1, where, "heads", "must be >= 1", heads);
+    // the sizes of the table allocated here: checked before it is
+    lrpe::detail::require_max_dim(heads, where, "heads");
+    cfg.validate(where);
+    lrpe::detail::require_max_dim(cfg.num_buckets, where, "num_buckets");
     return urpe(cfg, row_matrix<T>::Ones(heads, cfg.num_buckets));
   }
 

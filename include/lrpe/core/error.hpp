@@ -14,6 +14,12 @@
  *
  * All of them also derive from the marker base `lrpe::error`, so `catch (lrpe::error const&)`
  * catches everything the library throws on bad input.
+ *
+ * Sizes that a constructor allocates for (a width d, a state's d_f and d_v, a permutation's
+ * length, a schedule's count, a table's heads) must be at most `lrpe::max_dim`; larger ones are a
+ * `shape_error` naming the argument (`parameter_error` for `canonical::alibi_slopes`' heads),
+ * never a `std::length_error` or an overflowed size. Within it, what the memory cannot hold is a
+ * `std::bad_alloc`, as for any allocation.
  */
 #pragma once
 
@@ -30,6 +36,13 @@
 
 namespace lrpe {
 inline namespace v0 {
+
+/**
+ * The largest size (d, d_f, d_v, heads, a schedule's length) a constructor accepts: 2^24. A
+ * product of two of them (a d×d matrix, a d_f×d_v state) is then at most 2^48 elements, formed
+ * without overflow; attention heads are a few hundred wide.
+ */
+inline constexpr index_t max_dim = index_t{1} << 24;
 
 /// Marker base of every lrpe exception; `what()` is the full message.
 class error {

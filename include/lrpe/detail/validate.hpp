@@ -16,9 +16,16 @@ namespace lrpe {
 inline namespace v0 {
 namespace detail {
 
-/// d >= 1.
+/// n <= lrpe::max_dim: a size about to be allocated for (a shape_error naming `arg`, never a
+/// std::length_error or an overflowed size from the allocation).
+inline void require_max_dim(index_t n, const char* where, const char* arg) {
+  require_shape(n <= max_dim, where, arg, lazy_concat("must be <= lrpe::max_dim = ", max_dim), n);
+}
+
+/// 1 <= d <= lrpe::max_dim: a width that a constructor allocates for.
 inline void require_dim(index_t d, const char* where, const char* arg = "dim") {
   require_shape(d >= 1, where, arg, "must be >= 1", d);
+  require_max_dim(d, where, arg);
 }
 
 /// x is finite and within ±max(T), so that static_cast<T>(x) is defined ([conv.double]: a double

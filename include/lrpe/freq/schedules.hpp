@@ -37,6 +37,7 @@ inline void require_base(double base, const char* where) {
 }
 inline void require_even_width(index_t e, const char* where) {
   detail::require_shape(e >= 2 && e % 2 == 0, where, "rotated_dim", "must be even and >= 2", e);
+  detail::require_max_dim(e, where, "rotated_dim");  // e/2 frequencies are allocated
 }
 inline void require_length(double length, const char* where) {
   if (!std::isfinite(length)) throw domain_error(detail::concat(where, ": argument 'length' must be finite; got ", length));
@@ -46,7 +47,7 @@ inline void require_length(double length, const char* where) {
 
 /**
  * RoPE schedule θ_k = base^(−2k/width), k = 0..pairs−1.
- * @param pairs number of rotation pairs (≥ 1).
+ * @param pairs number of rotation pairs (1 … lrpe::max_dim / 2).
  * @param base  frequency base (> 1; 10000 in RoPE, 500000 in LLaMA 3).
  * @param width the width the exponent is normalised by; 0 means 2·pairs. With width = d and
  *              pairs < d/2 one rotates with the high-frequency part of the full-width schedule.
@@ -55,6 +56,11 @@ inline std::vector<double> rope(index_t pairs, double base = 10000.0, index_t wi
   constexpr const char* where = "lrpe::freq::rope";
   detail::require_shape(pairs >= 1 && pairs <= std::numeric_limits<index_t>::max() / 2, where, "pairs",
                         "must be >= 1 and 2*pairs an index_t", pairs);
+  // 2·pairs is the rotated width (and pairs frequencies are allocated)
+  detail::require_shape(pairs <= max_dim / 2, where, "pairs",
+                        detail::lazy_concat("must be <= lrpe::max_dim / 2 = ", max_dim / 2,
+                                            " (2*pairs is the rotated width)"),
+                        pairs);
   detail_::require_base(base, where);
   if (width == 0) width = 2 * pairs;
   detail::require_shape(width >= 2 * pairs, where, "width", detail::lazy_concat("must be >= 2*pairs = ", 2 * pairs), width);
@@ -98,6 +104,7 @@ inline std::vector<double> theta_c(index_t rotated_dim, double length) {
 inline std::vector<double> complex_phase(index_t features, double base = 10000.0) {
   constexpr const char* where = "lrpe::freq::complex_phase";
   detail::require_shape(features >= 1, where, "features", "must be >= 1", features);
+  detail::require_max_dim(features, where, "features");
   detail_::require_base(base, where);
   std::vector<double> theta(static_cast<std::size_t>(features));
   for (index_t j = 0; j < features; ++j)

@@ -108,6 +108,7 @@ class rotation {
  private:
   static index_t require_at_least_two(index_t d) {
     detail::require_shape(d >= 2, "lrpe::lambda::rotation", "dim", "must be >= 2 to rotate a pair", d);
+    detail::require_max_dim(d, "lrpe::lambda::rotation", "dim");  // before theta_a allocates for it
     return d;
   }
 

@@ -47,8 +47,10 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace lrpe {
@@ -112,7 +114,9 @@ struct job {
 /**
  * An encoder prepared for the SIMD backend: kernels built once (a permutation's indices, a
  * dense P's matrix, FFT twiddles), then any number of allocation-free `encode`/`encode_qk`
- * calls. Holds a reference to `enc`, which must outlive it. Thread-safe to share (const calls).
+ * calls. Built from an lvalue it holds a reference to `enc`, which must outlive it; built from a
+ * temporary it keeps a copy of its own (one allocation), shared by its copies, so that nothing
+ * dangles. Thread-safe to share (const calls).
  * @tparam E    an lrpe encoder (preset or `encoder<P, L>`).
  * @tparam Arch xsimd arch; default: the best one this translation unit is compiled for.
  */
@@ -129,18 +133,18 @@ class simd_encoder {
   /// `tables`: see `position_tables` (the default suits calls of many rows; linear attention
   /// takes `direct` below 8).
   explicit simd_encoder(const E& enc, position_tables tables = position_tables::stepped) : enc_(&enc) {
-    if constexpr (path == simd_path::vectorised || path == simd_path::lambda_vectorised) {
-      pk_.emplace(enc.p());
-      if constexpr (std::is_constructible_v<lk_type, const lambda_type&, bool>) {
-        lk_.emplace(enc.lambda(), tables == position_tables::stepped);
-        if constexpr (std::is_same_v<p_type, p::odd_even<scalar>> && std::is_same_v<lambda_type, lambda::rotation<scalar>>)
-          if (lk_->folds_odd_even(enc.dim())) lk_->natural_order();  // the fold reads C | S as vectors
-      } else {
-        lk_.emplace(enc.lambda());
-      }
-    } else if constexpr (path == simd_path::row_fft) {
-      if (dft_kernel::supports(enc.dim())) dft_.emplace(enc.dim(), enc.lambda());
-    }
+    build(tables);
+  }
+  /// From a temporary: the encoder is moved to the heap and owned, shared by copies of this
+  /// object (the kernels point into it, so it must not move with them). (remove_const_t: E may
+  /// be a const type; class template argument deduction goes through the overload above.)
+  explicit simd_encoder(std::remove_const_t<E>&& enc, position_tables tables = position_tables::stepped)
+      : owned_(std::make_shared<const E>(std::move(enc))), enc_(owned_.get()) {
+    build(tables);
+  }
+  explicit simd_encoder(const std::remove_const_t<E>&& enc, position_tables tables = position_tables::stepped)
+      : owned_(std::make_shared<const E>(enc)), enc_(owned_.get()) {
+    build(tables);
   }
 
   [[nodiscard]] const E& encoding() const noexcept { return *enc_; }
@@ -186,6 +190,11 @@ class simd_encoder {
     constexpr const char* where = "lrpe::simd_encoder::encode_qk";
     check_heads(q, q_out, q_pos, where, "q", "q_out", "q_pos");
     check_heads(k, k_out, k_pos, where, "k", "k_out", "k_pos");
+    // batch·heads (counted below) and every head's offsets must be index_t (views built by hand)
+    detail::require_heads_extents(q, where, "q");
+    detail::require_heads_extents(q_out, where, "q_out");
+    detail::require_heads_extents(k, where, "k");
+    detail::require_heads_extents(k_out, where, "k_out");
     using J = backend::simd_detail::job<scalar>;
     const index_t nq = q.batch * q.heads, nk = k.batch * k.heads;
     const bool shared = nq > 0 && nk > 0 && q.seq == k.seq && backend::simd_detail::same_positions(q_pos, k_pos, q.seq);
@@ -221,6 +230,23 @@ class simd_encoder {
   };
   static constexpr bool has_pl = path == simd_path::vectorised || path == simd_path::lambda_vectorised;
   static constexpr bool has_fft = path == simd_path::row_fft;
+
+  /// The kernels of *enc_ (a permutation's indices, a dense P's matrix, FFT twiddles).
+  void build(position_tables tables) {
+    const E& enc = *enc_;
+    if constexpr (path == simd_path::vectorised || path == simd_path::lambda_vectorised) {
+      pk_.emplace(enc.p());
+      if constexpr (std::is_constructible_v<lk_type, const lambda_type&, bool>) {
+        lk_.emplace(enc.lambda(), tables == position_tables::stepped);
+        if constexpr (std::is_same_v<p_type, p::odd_even<scalar>> && std::is_same_v<lambda_type, lambda::rotation<scalar>>)
+          if (lk_->folds_odd_even(enc.dim())) lk_->natural_order();  // the fold reads C | S as vectors
+      } else {
+        lk_.emplace(enc.lambda());
+      }
+    } else if constexpr (path == simd_path::row_fft) {
+      if (dft_kernel::supports(enc.dim())) dft_.emplace(enc.dim(), enc.lambda());
+    }
+  }
 
   void check(const matrix_view<const scalar>& x, const matrix_view<scalar>& out, const positions& pos,
              const char* where, const char* xn, const char* on, const char* pn = "positions") const {
@@ -781,6 +807,7 @@ class simd_encoder {
     if (streamed) backend::compat::stream_fence();
   }
 
+  std::shared_ptr<const E> owned_;  ///< the encoder when built from a temporary, else null
   const E* enc_;
   std::size_t stream_threshold_ = default_stream_threshold;
   std::optional<std::conditional_t<has_pl, pk_type, none>> pk_;
