@@ -846,14 +846,19 @@ TEST_CASE("simd_threads: every item once per run, whether the worker is spinning
 TEST_CASE_TEMPLATE("softmax decode with grouped K/V: the group's rows in one call == each head's own call", T, float,
                    double) {
   // One query row per head over a cache of 70 keys: the multi-head call runs each K/V head's
-  // query heads as the rows of one call (shared encodings only); rows are independent, so on
-  // the SIMD backend it must equal the single-head calls bit for bit, any layout, with a pool.
-  const index_t B = 2, H = 6, N = 70, D = 16;
+  // query heads as the rows of calls of at most 8 (shared encodings only); rows are
+  // independent, so on the SIMD backend it must equal the single-head calls bit for bit, any
+  // layout, with a pool. Groups of 3 and 6, and of 9 and 18 (two and three calls, the last
+  // partial: one call of more than 8 rows would take the tiled kernel).
+  static_assert(lrpe::detail::grouped_decode_rows <= lrpe::backend::simd_detail::softmax_direct_max_rows);
+  const index_t B = 2, N = 70, D = 16;
   lrpe::backend::simd_threads pool(2);
   const lrpe::rope_neox<T> rope(D);
-  const lrpe::canonical::alibi<T> alibi = lrpe::canonical::alibi<T>::for_heads(D, H);  // per head: not grouped
   lrpe::generator g(0x6A0);
-  for (const index_t kv_heads : {index_t{2}, index_t{1}}) {
+  for (const auto& heads : {std::pair<index_t, index_t>{6, 2}, {6, 1}, {18, 2}, {18, 1}}) {
+    const index_t H = heads.first, kv_heads = heads.second;  // query heads, K/V heads
+    const lrpe::canonical::alibi<T> alibi = lrpe::canonical::alibi<T>::for_heads(D, H);  // per head: not grouped
+    CAPTURE(H);
     for (const bool bsnh : {false, true}) {
       for (const bool array : {false, true}) {
         CAPTURE(kv_heads);

@@ -15,7 +15,6 @@
 #include <lrpe/attention/linear.hpp>
 #include <lrpe/attention/softmax.hpp>
 #include <lrpe/attention/state.hpp>
-#include <lrpe/detail/small_buffer.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -96,10 +95,12 @@ void require_heads_extents(const heads_view<T>& x, const char* where, const char
   const bool rows = x.seq > 0 && x.dim > 0;
   index_t hi = rows ? x.dim - 1 : 0, lo = 0;
   bool fits = true;
-  for (const auto& [n, stride] : {std::pair{x.batch, x.batch_stride}, std::pair{x.heads, x.head_stride},
-                                  std::pair{rows ? x.seq : 1, x.seq_stride}}) {
+  // (plain arrays: nvcc's front end rejects a structured binding over a braced list of pairs)
+  const index_t extents[3] = {x.batch, x.heads, rows ? x.seq : 1};
+  const index_t strides[3] = {x.batch_stride, x.head_stride, x.seq_stride};
+  for (int a = 0; a < 3; ++a) {
     index_t term = 0;
-    fits = fits && !__builtin_mul_overflow(n - 1, stride, &term) &&
+    fits = fits && !__builtin_mul_overflow(extents[a] - 1, strides[a], &term) &&
            !__builtin_add_overflow(term >= 0 ? hi : lo, term, term >= 0 ? &hi : &lo);
   }
   require_shape(fits, where, arg,
@@ -166,6 +167,13 @@ template <class T, class U>
 index_t kv_head(const heads_view<T>& q, const heads_view<U>& kv, index_t h) noexcept {
   return kv.heads == q.heads ? h : h / (q.heads / kv.heads);
 }
+
+/**
+ * The most query heads of one group that a grouped-query decode step attends in one call: the
+ * SIMD backend's direct kernel takes at most 8 rows (`softmax_direct_max_rows`); more would take
+ * its tiled kernel, which sums in another order than the per-head calls.
+ */
+inline constexpr index_t grouped_decode_rows = 8;
 
 /// A per-head table (canonical alibi, t5_bias, urpe, ...): `heads()` and `head(h)` of the same type.
 template <class E>
@@ -276,25 +284,29 @@ void softmax_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const h
   detail::require_head_shapes(q, k, v, out, where);
   detail::check_head_encodings<std::remove_const_t<TQ>>(encodings, q.heads, q.dim, where);
   // Decode with grouped K/V (GQA, MQA): one query row per head and one encoding for every head.
-  // The group's query heads are the rows of one call over their K/V head, which is then read
-  // (and encoded) once per group instead of once per query head. Rows are independent: the
-  // result is the per-head calls' (bit for bit on the SIMD backend; to rounding on the
-  // reference, whose Eigen products sum several rows in another order than one).
+  // The group's query heads are the rows of calls over their K/V head (at most
+  // grouped_decode_rows each), which is then read (and encoded) once per call instead of once
+  // per query head. Rows are independent: the result is the per-head calls' (bit for bit on the
+  // SIMD backend, whose direct kernel runs each row alike; to rounding on the reference, whose
+  // Eigen products sum several rows in another order than one).
   const index_t group = k.heads > 0 ? q.heads / k.heads : 1;
   if constexpr (detail::shared_encoding_v<Encodings> && !detail::multi_head_table<Reweight>) {
     options.q_positions.require_rows(q.seq, where, "options.q_positions");
     if (group > 1 && q.seq == 1 && q.head_stride >= q.dim && out.head_stride >= out.dim) {
-      detail::small_buffer<position_t, 64> at(group);  // every row at the token's position
-      std::fill(at.data(), at.data() + group, options.q_positions[0]);
-      softmax_options<Reweight> group_options = options;
-      group_options.q_positions = positions(std::span<const position_t>(at.data(), static_cast<std::size_t>(group)));
-      for_each_head(backend, k.heads * q.batch, [&](index_t item, const auto& head_backend) {
-        const index_t hk = item / q.batch, b = item % q.batch, h0 = hk * group;
-        const matrix_view<const TQ> rows(q.data + b * q.batch_stride + h0 * q.head_stride, group, q.dim, q.head_stride);
-        const matrix_view<T> out_rows(out.data + b * out.batch_stride + h0 * out.head_stride, group, out.dim,
+      position_t at[detail::grouped_decode_rows];  // every row at the token's position
+      std::fill(at, at + detail::grouped_decode_rows, options.q_positions[0]);
+      const index_t calls = (group + detail::grouped_decode_rows - 1) / detail::grouped_decode_rows;
+      for_each_head(backend, k.heads * q.batch * calls, [&](index_t item, const auto& head_backend) {
+        const index_t hk = item / (q.batch * calls), b = item / calls % q.batch;
+        const index_t h0 = hk * group + item % calls * detail::grouped_decode_rows;
+        const index_t m = std::min(detail::grouped_decode_rows, (hk + 1) * group - h0);
+        softmax_options<Reweight> call_options = options;
+        call_options.q_positions = positions(std::span<const position_t>(at, static_cast<std::size_t>(m)));
+        const matrix_view<const TQ> rows(q.data + b * q.batch_stride + h0 * q.head_stride, m, q.dim, q.head_stride);
+        const matrix_view<T> out_rows(out.data + b * out.batch_stride + h0 * out.head_stride, m, out.dim,
                                       out.head_stride);
         softmax_attention(rows, detail::as_const_heads(k).head(b, hk), detail::as_const_heads(v).head(b, hk), out_rows,
-                          encodings, group_options, head_backend);
+                          encodings, call_options, head_backend);
       });
       return;
     }
