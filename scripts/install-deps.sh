@@ -3,9 +3,18 @@
 # Idempotent: only packages that are not installed yet are installed, and apt-get is not
 # touched at all when everything is present. Runs as root directly, otherwise via sudo.
 # Set LRPE_SKIP_DEPS=1 to skip (e.g. when the dependencies come from elsewhere).
+#   scripts/install-deps.sh          what the GCC build needs
+#   scripts/install-deps.sh clang    also clang and its sanitizer/libFuzzer runtimes (the asan
+#                                    preset and scripts/fuzz.sh)
 set -euo pipefail
 
 packages=(cmake g++ libeigen3-dev libxsimd-dev doctest-dev libbenchmark-dev)
+for extra in "$@"; do
+  case "$extra" in
+    clang) packages+=(clang libclang-rt-dev) ;;
+    *) echo "install-deps: unknown extra '$extra' (known: clang)" >&2; exit 2 ;;
+  esac
+done
 
 if [[ "${LRPE_SKIP_DEPS:-0}" == 1 ]]; then
   echo "install-deps: LRPE_SKIP_DEPS=1, not checking ${packages[*]}"

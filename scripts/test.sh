@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Configure, build and test lrpe with a CMake preset (default: dev = RelWithDebInfo, all
-# tests and examples). Usage: scripts/test.sh [dev|asan|release] [extra ctest args...]
-#   scripts/test.sh                  # the README test command
-#   scripts/test.sh asan             # ASan + UBSan
+# tests and examples). Usage: scripts/test.sh [preset] [extra ctest args...]
+#   scripts/test.sh                  # the README test command (GCC, -march=native)
+#   scripts/test.sh asan             # clang, ASan + UBSan
+#   scripts/test.sh x86-64-v3        # the SIMD tests, examples and benches for AVX2 (x86-64: SSE2)
 #   scripts/test.sh dev -R encoder   # only tests matching 'encoder'
 # Parallelism: $LRPE_JOBS (default: number of CPUs) for both the build and ctest.
 set -euo pipefail
@@ -12,7 +13,10 @@ preset="${1:-dev}"
 shift $(( $# > 0 ? 1 : 0 ))
 jobs="${LRPE_JOBS:-$(nproc 2>/dev/null || echo 2)}"
 
-scripts/install-deps.sh
+case "${preset}" in
+  asan) scripts/install-deps.sh clang ;;  # the asan preset builds with clang
+  *) scripts/install-deps.sh ;;
+esac
 
 echo "== lrpe: preset ${preset}, ${jobs} jobs"
 cmake --preset "${preset}"
