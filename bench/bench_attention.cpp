@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Attention time vs sequence length (d = 64, 8 heads, float, reference backend):
 // - softmax attention (causal, LRPE Type 1): O(n²) time, O(n) extra memory — the counter
 //   `bytes_alloc` counts every byte allocated during one call (malloc interposed on glibc), and

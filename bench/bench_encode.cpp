@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Encode throughput of every preset (reference backend), float, n ∈ {512, 4096, 32768},
 // d ∈ {64, 128}, reported as GB/s of rows read + written (bytes_per_second), beside two peers in
 // the same run:

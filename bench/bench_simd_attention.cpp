@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // SIMD softmax and linear attention vs this machine's limits and peers, in one run.
 //
 // Shapes (issue 6): batch 1, 8 heads, d = 64, fp32, n ∈ {512, 2048, 4096, 8192} (+16384 for

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // SIMD encoders (backend::simd<>, compile-time arch) on the issue-6 shapes: batch 1, 8 heads,
 // d = 64, fp32, Q and K encoded in one call (BNSH), n ∈ {512, 8192}; beside in-run anchors and the
 // reference backend.

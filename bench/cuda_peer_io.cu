@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // cuda_peer_io: lrpe's CUDA kernels on inputs written by bench/torch_gpu_peer.py (part
 // "compare"), their outputs written back for the script to compare with PyTorch on the same
 // device: torch's scaled_dot_product_attention and HF's LLaMA rotary. Not a benchmark (nothing is

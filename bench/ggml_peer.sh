@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Builds and runs bench/peers/ggml_peer.cpp: ggml's CPU flash attention and RoPE on the shapes of
 # bench_simd_attention / bench_simd_encode, the peer the issue-6 targets name. (The program sits
 # in peers/ because CMake builds every bench/*.cpp as a Google Benchmark program.)

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Log-log plot of time vs n for softmax and linear attention (SIMD, reference, Eigen, PyTorch,
 ggml) from a bench_simd_attention JSON run and optionally torch_peer.py's and ggml_peer's JSON.
 

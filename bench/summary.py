@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """One table of ratios from a bench_simd_attention JSON run (and optionally torch_peer.py's JSON).
 
 Usage:

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """PyTorch peers of lrpe's CUDA kernels, for the GPU machine (H100/H200).
 
 What it does (docs/cuda.md, "GPU checklist"):

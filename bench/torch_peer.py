@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """PyTorch peer of bench_simd_attention: the same shapes (batch 1, 8 heads, d = 64, fp32,
 n in {512, 2048, 4096, 8192}, 1 and 2 threads) in PyTorch on the CPU.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Must-not-compile check, run by ctest as
 #   cmake -DSOURCE=<file> -DBINARY_DIR=<build dir> -DTARGET=<object target>
 #         [-DCONFIG=<config>] -P lrpeCompileFail.cmake

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # lrpe_fix_xsimd_xtl()
 #
 # Debian/Ubuntu's xsimd 8.x package exports an imported target `xsimd` whose

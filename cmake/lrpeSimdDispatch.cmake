@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # lrpe_simd_dispatch(<target> SOURCES <src>... [ARCHS <arch>...])
 #
 # Runtime dispatch for the SIMD backend (xsimd::dispatch): compiles every <src> once per xsimd

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Build settings for lrpe's OWN targets (tests, examples, benches). None of them ever goes
 # on the INTERFACE targets lrpe::lrpe / lrpe::simd / lrpe::cuda that users link.
 #

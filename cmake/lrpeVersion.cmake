@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # lrpe_read_version(<header> <out-var>)
 #
 # Reads the three `#define LRPE_VERSION_{MAJOR,MINOR,PATCH} <n>` lines of <header>

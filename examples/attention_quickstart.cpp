@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The snippets of docs/attention.md, compiled and checked: softmax attention with an LRPE
 // encoder, ALiBi and URPE; linear attention (causal, decay); a streaming state exported and
 // resumed; multi-head BSNH views. Returns non-zero if a check fails.

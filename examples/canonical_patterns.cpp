@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Renders the n×n pattern f_rel(q, s; k, t) of every relative encoding in lrpe::canonical
 // (rows: query position s, columns: key position t, the same q and k at every position, so
 // only the positional part varies) into one PNG, docs/img/canonical_patterns.png.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // lrpe::canonical in five steps; docs/canonical.md quotes the blocks between the [name] markers.
 // Each step checks what it claims and the program exits 1 if a check fails.
 #include <lrpe/lrpe.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The snippet of docs/cuda.md ("Using it"), compiled by nvcc with lrpe::cuda. On a GPU every call
 // of the snippet is checked against the CPU library on the same bf16-rounded inputs: each output
 // is the fp32 result rounded once to bf16, so max |gpu − cpu| ≤ 2^-8 · max |cpu| plus the fp32

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // lrpe demo: build every preset of the LRPE paper's Table 1 plus RoPE and PermuteFormer, check
 // the math contract on each (W_0 = I, unitarity, W_sᴴ W_t = W_{t−s} at far-apart positions,
 // shift-invariant scores), show that scores depend on t − s only, then run the library's main

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A streaming decode loop: 8 heads of causal linear attention (1+elu, RoPE in the NeoX pairing,
 // a TransNormer-style per-head decay). The prompt runs as one multi-head segment call on the
 // SIMD backend, leaving one linear_attention_state per head; then every new token costs

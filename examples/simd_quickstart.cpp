@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The snippets of docs/backends.md (SIMD encoders) and docs/performance.md (SIMD attention),
 // compiled and checked against the reference backend; the docs quote the blocks between the
 // [name] markers. Built only with the lrpe::simd target. Returns non-zero if a check fails.

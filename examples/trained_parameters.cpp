@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A trained model's positional parameters loaded into the presets (docs/api.md, Presets): the
 // Householder vector v, the learned θ and the permutation π that the LRPE reference code keeps in
 // its state dict (plain arrays here, as read from a checkpoint), the reference's "mixed" core, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A tiny causal transformer layer with LRPE in linear attention (pre-LN, 4 heads):
 //   x → LN → fused QKV projection [seq, 3·heads·d] → per-head strided views (BSNH, no copies)
 //     → causal linear attention with LRPE Type 1, φ = 1 + elu, no denominator (the reference

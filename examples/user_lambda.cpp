@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A user-written Λ policy: a "scaled-frequency" rotation family with one learned angle per pair,
 // written against the lambda_policy concept only. It plugs into lrpe::encoder and passes
 // lrpe::check — the same checks a downstream project runs in its own tests.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Builds and runs the demo (examples/demo.cpp) in a Release build (build/release).
 # Usage: scripts/demo.sh [arguments passed to the demo]
 set -euo pipefail

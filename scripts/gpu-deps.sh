@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Unpacks (does not install) Debian's Eigen, doctest and Google Benchmark into .gpu-deps/ for the
 # GPU machine: its image has nvcc, CMake and a host compiler but none of lrpe's Debian
 # dependencies, and it cannot fetch packages. Run it here (it needs apt-get download and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Builds the GPU checklist's binaries here, where nvcc works without a GPU, and copies them
 # into .gpu-bin/ (git-ignored) so that a device run carries them and spends no device time on
 # compiling: `LRPE_GPU_BIN=.gpu-bin scripts/gpu-checklist.sh ...` with `.gpu-bin` and `.gpu-deps`

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Installs what lrpe's build, tests, examples and benches need (Debian/Ubuntu, apt).
 # Idempotent: only packages that are not installed yet are installed, and apt-get is not
 # touched at all when everything is present. Runs as root directly, otherwise via sudo.

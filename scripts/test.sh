@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Configure, build and test lrpe with a CMake preset (default: dev = RelWithDebInfo, all
 # tests and examples). Usage: scripts/test.sh [preset] [extra ctest args...]
 #   scripts/test.sh                  # the README test command (GCC, -march=native)

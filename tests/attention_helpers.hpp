@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Helpers shared by the attention tests: reproducible random matrices and a scale-free error
 // against a long-double reference. Tolerances stay in each test file (they differ per kernel).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Helpers shared by the canonical-form tests (test_canonical.cpp, test_canonical_lrpe.cpp):
 // random data, long-double dot products and the all-forms-agree check. The oracles the tests
 // compare against are written in the test files, from REFERENCE.md, not from lrpe/canonical.

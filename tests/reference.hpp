@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Independent long-double references for the tests: dense matrices built from the policies'
 // *parameters* (v, θ, π, pairing) with textbook formulas, never with the library's own matrix()
 // or apply(). Shared by the test translation units.

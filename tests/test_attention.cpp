@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Softmax attention: the tiled online-softmax fast path against an independent naive O(n²)
 // reference (long double, dense W_{t−s} from relative_matrix for encoders) for every kind of
 // encoding, causal and not, with offsets and per-row positions, odd n and tiles; stability for

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Attention with the canonical variants (canonical/): softmax with ALiBi, T5, Toeplitz tables,
 // Shaw (value term), DeBERTa, Transformer-XL, cosFormer and multiplicative encoders, and URPE's
 // post-softmax C, against a naive long-double reference built from each variant's own direct

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Bad input that used to crash or give wrong answers (issue 36 §2), reference backend: each case
 // must throw an lrpe::error naming the argument, before anything is read or written. Run under
 // ASan/UBSan: before the fixes, these cases were heap-buffer-overflow writes, null dereferences,

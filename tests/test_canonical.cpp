@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Canonical form: for every variant, direct formula == canonical form (operators) == canonical
 // form (dense W) == features (linearizable ones) == an independent naive formula written here,
 // on random q, k and positions (negative included), float and double; shift invariance.

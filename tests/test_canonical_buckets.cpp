@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Published position functions (REFERENCE.md): every T5 bucket value (bidirectional and causal),
 // every DeBERTa-v2 log-bucket value, ALiBi slopes for 8, 12 and 16 heads; compile-time traits
 // and concepts of every variant; error paths throw the documented lrpe error type.

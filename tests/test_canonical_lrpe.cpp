@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Canonical form of the multiplicative encodings (every preset, RoPE, PermuteFormer, LRPE
 // cosine): direct == canonical (P, Λ⁽ᵗ⁻ˢ⁾, Pᴴ applied as factors) == dense == features == an
 // oracle qᵀ Re(Pᴴ Λ⁽ᵗ⁻ˢ⁾ P) k formed here in long double from the policies' matrices (and an

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Compile-time tests: the concepts accept every library policy and reject malformed ones.
 // Everything here is a static_assert; the single runtime case only records that it compiled.
 #include <lrpe/lrpe.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // CUDA backend tests (doctest). Built only when CUDA is enabled (tests/CMakeLists.txt), linked
 // with lrpe::cuda. Without a device every GPU test case prints "[lrpe-skip] no CUDA device:
 // skipping GPU tests" and returns (ctest reports the test as skipped); the host-side checks

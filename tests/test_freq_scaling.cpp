@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // RoPE scalings (linear, dynamic NTK, YaRN, llama3) against the values and formulas published in
 // REFERENCE.md (read from HF transformers' modeling_rope_utils.py).
 #include <lrpe/lrpe.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // RoPE conventions of other engines: pairings, cos/sin caches, Meta ↔ HF row permutations,
 // each against an independent formula or the published conversion.
 #include <lrpe/lrpe.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Linear attention: every LRPE preset against the quadratic form of paper Eq. 39
 // (Σ_t λ^{s−t} φ(q_s)ᵀ W_{t−s} φ(k_t) v_t with dense W_{t−s} from relative_matrix, long double),
 // causal and not, with and without decay; chunked causal against a per-step recurrence for

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Policy-level tests: each P and Λ against its textbook definition, parameters and generators,
 // and every error path of the foundation (type and message).
 #include "reference.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Properties of every preset encoder in float and double, each against an independent
 // long-double reference (tests/reference.hpp) and the algebraic identities of docs/math.md; the
 // presets built from explicit (trained) parameters against the dense P and Λ they were given;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // SIMD attention kernels (backend::simd, simd_policy) == the reference backend.
 //
 // Tolerance: max |simd − reference| / (1 + max |reference|) ≤ 2e-5 (float) / 1e-12 (double).

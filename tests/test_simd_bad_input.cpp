@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Bad input that used to crash (issue 36 §2), SIMD backend: a null multi-head view on a
 // simd_threads pool, extents whose product passes int64 in simd_encoder::encode_qk, and a
 // simd_encoder built from a temporary encoder. Run under ASan/UBSan: before the fixes these were a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The xsimd compatibility layer (backend/simd/xsimd_compat.hpp) against scalar loops, on every
 // x86 arch this translation unit is compiled for: the horizontal sums and extrema, and the
 // parallel horizontal add `compat::haddp`, whose AVX-512 float version in xsimd 8.1 returns

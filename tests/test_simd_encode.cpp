@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // SIMD encoders (backend::simd<>) against the reference backend (enc.encode), for every preset,
 // the fused P·Λ chains and the fallbacks, in float and double, on random sizes (widths that are
 // not multiples of the vector width, odd d, partial rotary, n = 1), positions by offset and by

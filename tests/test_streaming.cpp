@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Streaming linear attention: linear_attention_state (append k, v, position; query in O(d_f·d_v))
 // equals batched causal linear attention; export / flat serialisation / resume at an arbitrary
 // split, and segment-by-segment calls (sequence sharding) equal one call on the whole sequence.

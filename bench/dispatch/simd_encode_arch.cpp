@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // One translation unit per arch (compiled by lrpe_simd_dispatch with LRPE_SIMD_DISPATCH_ARCH set
 // to the xsimd arch tag and that arch's compiler flags): the explicit instantiation of the
 // dispatched bench kernel for that arch.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Runtime-dispatched SIMD encode for bench_simd_encode: one explicit instantiation per arch in
 // simd_encode_arch.cpp, compiled once per arch by lrpe_simd_dispatch (cmake/lrpeSimdDispatch.cmake),
 // which defines LRPE_SIMD_DISPATCH when the per-arch objects are linked. Without them (a plain

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // ggml (the tensor library under llama.cpp) on the shapes of bench_simd_attention and
 // bench_simd_encode: flash attention (`ggml_flash_attn_ext`, causal through an F16 mask as
 // llama.cpp builds it) and RoPE on Q and K (`ggml_rope_ext`, both pairings). A peer, not part of

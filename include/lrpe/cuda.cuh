@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file cuda.cuh
  * Opt-in entry header of lrpe's CUDA backend (link the CMake target `lrpe::cuda`; compile the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file encoder.hpp
  * `lrpe::encoder<P, L>`: an LRPE encoder composed at compile time from a P policy and a Λ policy.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file lrpe.hpp
  * The front door: `#include <lrpe/lrpe.hpp>` gives the whole CPU library.

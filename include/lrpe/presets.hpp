@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file presets.hpp
  * The paper's Table 1 (LRPE Types 1–8) and the encoders of the wider literature, as named

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file simd.hpp
  * Opt-in entry header of the xsimd backend: `#include <lrpe/simd.hpp>` after linking the

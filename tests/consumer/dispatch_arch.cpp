@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Compiled once per ISA by lrpe_simd_dispatch() (the installed package's helper), with
 // LRPE_SIMD_DISPATCH_ARCH naming the xsimd arch: that ISA's instantiation of the kernel.
 #include "dispatch_kernel.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A kernel dispatched at run time: one explicit instantiation per ISA (dispatch_arch.cpp, built
 // by lrpe_simd_dispatch() once per arch), and the arch list the caller dispatches over.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Downstream use of an installed lrpe: the umbrella header, the version macros, Eigen.
 #include <lrpe/lrpe.hpp>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Runtime ISA dispatch through the installed package's lrpe_simd_dispatch(): this object is
 // compiled without -march; the per-ISA kernels come from dispatch_arch.cpp, built once per arch.
 // xsimd::dispatch runs the widest one the CPU supports; its result must equal the reference's.

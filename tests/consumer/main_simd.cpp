@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Downstream use of lrpe::simd: it defines LRPE_HAS_SIMD, brings xsimd, and links (the
 // installed package removes the dangling "xtl" link item of Debian's xsimd 8 package).
 #if __has_include(<lrpe/simd.hpp>)

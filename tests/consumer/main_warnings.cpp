@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // lrpe's headers, compiled by a user who asks for every warning: this translation unit is built
 // with -Wall -Wextra -Wshadow -Werror (and -march=native where the compiler takes it, so that
 // the AVX-512 or AVX2 paths are instantiated), with lrpe's include directory NOT a system one.

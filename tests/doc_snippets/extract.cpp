@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Turns the C++ snippets of one Markdown page into one translation unit, so that the build
 // compiles every snippet exactly as a reader sees it (tests/doc_snippets/CMakeLists.txt runs it
 // for README.md and docs/*.md, then builds and runs the result).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // canonical::alibi is an additive bias, not linearizable: linear attention must refuse it at
 // compile time with a readable message.
 // expect-error: the encoding is not linearizable

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Linear attention needs a per-position feature map; an additive bias (ALiBi, T5, ...) has
 // none, so passing one must fail to compile with a readable message.
 // expect-error: the encoding is not linearizable

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Must not compile: Shaw's clipped key term is not linearizable; feature_dim of it is a
 // compile error with the same readable message.
 // expect-error: is not linearizable

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Must not compile: T5's bucketed bias is not linearizable, so asking for its features is a
 // compile error with a readable message (lrpe::canonical::features' static_assert).
 // expect-error: is not linearizable

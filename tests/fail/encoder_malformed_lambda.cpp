@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Must not compile: a Λ whose apply takes no position is not a lambda_policy, and
 // encoder<P, Λ> says so in one line ("constraints not satisfied" / "lambda_policy").
 // expect-error: lambda_policy

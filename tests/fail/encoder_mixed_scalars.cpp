@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Must not compile: P and Λ of different scalar types.
 // expect-error: must have the same scalar type
 #include <lrpe/lrpe.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Compile-only (tests/CMakeLists.txt builds it as an object library with AVX-512 flags; nothing
 // runs it): the SIMD kernels choose code by the xsimd arch *and* by the translation unit's
 // target macros, so an AVX-512 translation unit that instantiates them for AVX2 or AVX

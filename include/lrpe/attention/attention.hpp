@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file attention.hpp
  * Attention with relative positional encodings: softmax (any encoding, URPE reweighting),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file feature_map.hpp
  * Feature maps φ for linear attention, applied elementwise before the LRPE transform:

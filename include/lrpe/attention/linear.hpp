@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file linear.hpp
  * `lrpe::linear_attention`: linear attention with an LRPE encoder (paper Eq. 39).

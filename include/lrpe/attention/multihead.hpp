@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file multihead.hpp
  * Multi-head inputs without copies: `heads_view<T>`, a 4-D strided view indexed

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file options.hpp
  * Options of softmax and linear attention, the "no encoding" tag, URPE reweighting, and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file softmax.hpp
  * `lrpe::softmax_attention`: softmax attention with any relative encoding (core/relative.hpp).

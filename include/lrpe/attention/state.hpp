@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file state.hpp
  * `lrpe::linear_attention_state`: the d_f×d_v state of causal linear attention, for O(d_f·d_v)

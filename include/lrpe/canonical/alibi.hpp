@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file alibi.hpp
  * ALiBi (Press et al.; ofirpress/attention_with_linear_biases):

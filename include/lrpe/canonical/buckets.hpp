@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file buckets.hpp
  * The position functions of the relative encodings of the literature, exactly as published:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file canonical.hpp
  * Umbrella of lrpe/canonical: the canonical form f_rel(q_s, k_t) = Σ_l Re(q̂_s⁽ˡ⁾ᴴ W⁽ˡ⁾_{t−s} k̂_t⁽ˡ⁾)

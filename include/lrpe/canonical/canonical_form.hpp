@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file canonical_form.hpp
  * The canonical form of a relative positional encoding:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file cosformer.hpp
  * cosFormer's cos re-weighting (Qin et al. 2022; OpenNLPLab/cosFormer):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file deberta.hpp
  * DeBERTa-v2 disentangled attention (He et al.; HF transformers `modeling_deberta_v2.py`):

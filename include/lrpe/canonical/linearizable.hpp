@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file linearizable.hpp
  * Compile-time facts about relative encodings and the feature factorisation of the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file multiplicative.hpp
  * Multiplicative relative encodings: any `lrpe::encoder` (LRPE Types 1–8, RoPE in both

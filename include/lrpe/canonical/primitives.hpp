@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file primitives.hpp
  * The pieces a canonical term is built from: q̂ / k̂ maps and W_{t−s} operators.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file shaw.hpp
  * Relative position representations (Shaw, Uszkoreit, Vaswani 2018):

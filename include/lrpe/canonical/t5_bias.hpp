@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file t5_bias.hpp
  * T5's bucketed relative bias (HF transformers `T5Attention`):

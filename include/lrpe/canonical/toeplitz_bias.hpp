@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file toeplitz_bias.hpp
  * A learned Toeplitz bias table with clipping: f_rel(q_s, k_t) = q_s·k_t + w[clip(t − s, r)].

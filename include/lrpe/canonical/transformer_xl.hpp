@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file transformer_xl.hpp
  * Transformer-XL relative attention (Dai et al. 2019; kimiyoung/transformer-xl

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file urpe.hpp
  * URPE's post-softmax Toeplitz reweighting (Luo et al. 2022, "Your Transformer May Not be as

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file check.hpp
  * Property checks for any encoder, in-library or user-written: `lrpe::check::unitarity`,

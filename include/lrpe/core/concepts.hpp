@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file concepts.hpp
  * The two policy concepts an LRPE encoder is composed from.

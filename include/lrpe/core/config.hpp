@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file config.hpp
  * Version, namespace and portability macros of lrpe. This is the single source of the

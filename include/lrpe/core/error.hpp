@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file error.hpp
  * The exception hierarchy of lrpe.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file random.hpp
  * The documented, portable generator behind every seeded parameter (Householder vectors,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file relative.hpp
  * The contract between relative encodings (canonical/) and attention (attention/).

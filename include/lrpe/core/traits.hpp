@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file traits.hpp
  * Scalar and complex traits, and the small dense-matrix aliases used across lrpe.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file view.hpp
  * Non-owning strided 2-D views (rows = positions, contiguous features) and position sources.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file angle.hpp
  * cos and sin of the exact angle s·θ, where every scalar rotation and phase gets its

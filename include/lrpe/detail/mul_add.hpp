@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file mul_add.hpp
  * Internal: a scalar a·b + c whose rounding the code fixes, not the compiler.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file permutation_check.hpp
  * Internal: validation of index arrays as bijections of {0, ..., d-1}.

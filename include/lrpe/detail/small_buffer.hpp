@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file small_buffer.hpp
  * Internal: a scratch row on the stack for widths up to N, on the heap above (rare: head

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file validate.hpp
  * Internal argument checks shared by the policies (not part of the public API).

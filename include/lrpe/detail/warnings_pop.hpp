@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file warnings_pop.hpp
  * Internal: closes the region that `warnings_push.hpp` opened.

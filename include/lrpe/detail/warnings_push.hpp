@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file warnings_push.hpp
  * Internal: opens the front doors' region in which GCC 12's false AVX-512 warnings are off.

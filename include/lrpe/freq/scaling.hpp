@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file scaling.hpp
  * RoPE context-extension scalings of a frequency schedule, as HF transformers'

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file schedules.hpp
  * Frequency schedules θ for rotation blocks and complex phases.

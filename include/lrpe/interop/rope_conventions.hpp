@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file rope_conventions.hpp
  * RoPE as other engines spell it: ONNX Runtime's `RotaryEmbedding`, GGML's rope modes, HF's

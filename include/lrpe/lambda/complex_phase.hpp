@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file complex_phase.hpp
  * Λ⁽ˢ⁾ = diag(e^{i s θ_j}) (LRPE Solution 1), acting on complex rows.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file identity.hpp
  * Λ⁽ˢ⁾ = I for every s: an encoder with this Λ is position-blind (a baseline, and a way to use a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file permutation_power.hpp
  * Λ⁽ˢ⁾ = the s-th power of a permutation π (LRPE Solution 3; PermuteFormer):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file rotation.hpp
  * Λ as 2×2 rotation blocks (LRPE Solution 2; RoPE).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file dct.hpp
  * Orthonormal DCT-II as a real orthogonal P:

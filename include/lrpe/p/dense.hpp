@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file dense.hpp
  * A user-supplied dense unitary matrix as P (real orthogonal or complex unitary).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file dft.hpp
  * The unitary DFT as a complex P (LRPE Type 8): F[k][n] = e^{−2πi kn/d} / √d.

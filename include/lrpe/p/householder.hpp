@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file householder.hpp
  * Householder reflection P = I − 2 v vᵀ with ‖v‖ = 1 (LRPE Types 1–4).

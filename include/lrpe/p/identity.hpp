@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file identity.hpp
  * P = I: the encoder is Λ alone (RoPE, PermuteFormer, "LRPE cosine").

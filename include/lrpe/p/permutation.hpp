@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file permutation.hpp
  * Permutation P policies: an arbitrary permutation π (y[j] = x[π(j)]) and the paper's

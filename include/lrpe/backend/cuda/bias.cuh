@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file bias.cuh
  * Additive logit biases of the flash-style softmax kernel: ALiBi and clipped Toeplitz tables

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file common.cuh
  * Internal pieces shared by the attention kernels: the identity encoder description used for

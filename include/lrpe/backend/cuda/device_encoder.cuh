@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file device_encoder.cuh
  * `lrpe::cuda::device_encoder`: a device copy of an `lrpe::encoder<P, L>`'s parameters.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file encode_row.cuh
  * Device side of the encoders: the flat description of an encoder M_s = Λ⁽ˢ⁾ P that kernels

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file encoder.cuh
  * The fused encoder kernels: Q and K (any preset, any `device_encoder`) encoded in one launch,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file error.cuh
  * `lrpe::cuda_error` and the checks every host wrapper of the CUDA backend runs.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file linear.cuh
  * Linear attention on the GPU (the CPU contract of docs/attention.md, paper Eq. 39):

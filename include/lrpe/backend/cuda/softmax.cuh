@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file softmax.cuh
  * Flash-style softmax attention on the GPU (the CPU contract of docs/attention.md):

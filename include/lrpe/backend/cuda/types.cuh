@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file types.cuh
  * Storage types, device views, device positions and an owning device buffer of the CUDA

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file encode.hpp
  * The backend-tagged encoder entry points on `backend::reference` (`encode`, `encode_qk`), so

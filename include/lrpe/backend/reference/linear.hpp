@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file linear.hpp
  * Reference kernels of linear attention on encoded features (q̃ = M_s φ(q), k̃ = M_t φ(k)).

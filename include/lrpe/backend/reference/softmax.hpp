@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file softmax.hpp
  * Reference kernel of tiled softmax attention with an online softmax (FlashAttention's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file tag.hpp
  * The reference backend's tag type. Backends are tag types chosen by overload: every public

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file encode.hpp
  * SIMD encoders: `lrpe::simd_encoder<E, Arch>` and the backend-tagged free functions

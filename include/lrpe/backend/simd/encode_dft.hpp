@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file encode_dft.hpp
  * LRPE Type 8 (unitary DFT P, complex phase Λ) with SIMD across rows.

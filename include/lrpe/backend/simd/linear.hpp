@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file linear.hpp
  * Linear attention for `backend::simd<Arch>` / `simd_policy<Arch>` (the reference kernel's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file parallel.hpp
  * Threads for the SIMD attention kernels, only when the caller asks for them.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file sincos.hpp
  * cos and sin of s·θ_k for many frequencies at once, vectorised over k in double.

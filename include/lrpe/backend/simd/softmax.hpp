@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file softmax.hpp
  * Softmax attention for `backend::simd<Arch>` / `simd_policy<Arch>`: a tiled, flash-style

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file tag.hpp
  * The SIMD backend's tag type, `backend::simd<Arch>`. `Arch` is an xsimd architecture tag

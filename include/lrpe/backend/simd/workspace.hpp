@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file workspace.hpp
  * `backend::simd_workspace`: the scratch memory of the SIMD attention kernels, reused across

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file xsimd_compat.hpp
  * One spelling for the few xsimd names that changed between the xsimd Debian ships (8.1) and

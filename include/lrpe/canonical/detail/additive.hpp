@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file additive.hpp
  * Internal: the canonical form shared by the additive variants (q·k + b(t − s)).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file common.hpp
  * Internal helpers of lrpe/canonical (not part of the public API): parameter validation of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file kernels.hpp
  * Internal: the SIMD kernels of each P and Λ policy, one row at a time (docs/backends.md).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file prefetch.hpp
  * Internal: software prefetches of whole rows, for the SIMD kernels whose access patterns the
