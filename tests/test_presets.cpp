@@ -466,7 +466,8 @@ TEST_CASE_TEMPLATE("mixed: rotates the first e = floor(d/2) rounded up to even f
                                                               {8, 4},  {9, 4},  {10, 6},  {11, 6},  {12, 6},
                                                               {13, 6}, {14, 8}, {63, 32}, {64, 32}, {65, 32},
                                                               {66, 34}};
-  for (auto [d, e] : widths_e) {
+  for (const auto& de : widths_e) {
+    const lrpe::index_t d = de.first, e = de.second;  // (CAPTURE is a lambda: clang < 16 captures no binding)
     CAPTURE(d);
     CHECK(lrpe::mixed_rotated_dim(d) == e);
     CHECK(lrpe::mixed<T>(d).lambda().rotated_dim() == e);
