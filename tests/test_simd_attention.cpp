@@ -856,8 +856,8 @@ TEST_CASE_TEMPLATE("softmax decode with grouped K/V: the group's rows in one cal
   lrpe::backend::simd_threads pool(2);
   const lrpe::rope_neox<T> rope(D);
   lrpe::generator g(0x6A0);
-  for (const auto& heads : {std::pair<index_t, index_t>{6, 2}, {6, 1}, {18, 2}, {18, 1}}) {
-    const index_t H = heads.first, kv_heads = heads.second;  // query heads, K/V heads
+  for (const auto& shape : {std::pair<index_t, index_t>{6, 2}, {6, 1}, {18, 2}, {18, 1}}) {
+    const index_t H = shape.first, kv_heads = shape.second;  // query heads, K/V heads
     const lrpe::canonical::alibi<T> alibi = lrpe::canonical::alibi<T>::for_heads(D, H);  // per head: not grouped
     CAPTURE(H);
     for (const bool bsnh : {false, true}) {

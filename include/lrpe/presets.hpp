@@ -63,6 +63,22 @@ inline const std::vector<index_t>& require_pi_size(const std::vector<index_t>& p
   detail::require_shape(pi.size() == d, where, "pi.size()", detail::lazy_concat("must equal v.size() = ", d), pi.size());
   return pi;
 }
+
+// The width a preset's P is built with, checked first. The base constructor's two arguments
+// (P, then Λ) are evaluated in an unspecified order (GCC right to left, clang left to right):
+// a bad width checked only inside Λ would be reported as P's 'dim' by one compiler.
+
+/// d = pi.size() of a preset given π, nonzero.
+inline index_t pi_dim(const std::vector<index_t>& pi, const char* where) {
+  detail::require_shape(!pi.empty(), where, "pi.size()", "must be >= 1 (a permutation of 0..d-1)", pi.size());
+  return static_cast<index_t>(pi.size());
+}
+
+/// RoPE's d, at least 2: one pair of features.
+inline index_t rope_dim(index_t d) {
+  detail::require_shape(d >= 2, "lrpe::rope", "d", "must be >= 2 (RoPE rotates pairs of features)", d);
+  return d;
+}
 }  // namespace detail
 
 /// Rotation-block encoders over any P.
@@ -174,7 +190,7 @@ class type7 : public encoder<p::odd_even<T>, lambda::permutation_power<T>> {
   /// A trained model's π (replaces the seeded draw; d = pi.size()). Errors name 'pi' or
   /// 'pi.size()'.
   explicit type7(const std::vector<index_t>& pi)
-      : base(p::odd_even<T>(static_cast<index_t>(pi.size())), lambda::permutation_power<T>(pi)) {}
+      : base(p::odd_even<T>(detail::pi_dim(pi, "lrpe::type7")), lambda::permutation_power<T>(pi)) {}
 };
 
 /// LRPE Type 8: unitary DFT (full d bins, 1/√d) × complex phase θ_j = 10000^(−2j/d).
@@ -255,12 +271,13 @@ class rope_gptj : public encoder<p::identity<T>, lambda::rotation<T>> {
 
  public:
   explicit rope_gptj(index_t d, double base = 10000.0, index_t rotary_dim = 0)
-      : base_t(p::identity<T>(d), lambda::rotation<T>(d, rope_theta(d, base, rotary_dim), pairing::interleaved)) {}
+      : base_t(p::identity<T>(detail::rope_dim(d)),
+               lambda::rotation<T>(d, rope_theta(d, base, rotary_dim), pairing::interleaved)) {}
 
   static std::vector<double> rope_theta(index_t d, double base, index_t rotary_dim) {
     // d is checked first: with rotary_dim = 0 (every feature) a d below 2 would otherwise be
     // reported as the rotary_dim it implies.
-    detail::require_shape(d >= 2, "lrpe::rope", "d", "must be >= 2 (RoPE rotates pairs of features)", d);
+    detail::rope_dim(d);
     if (rotary_dim == 0) rotary_dim = d - d % 2;
     detail::require_shape(rotary_dim >= 2 && rotary_dim % 2 == 0 && rotary_dim <= d, "lrpe::rope",
                           "rotary_dim", detail::lazy_concat("must be even and in [2, d = ", d, "]"), rotary_dim);
@@ -275,7 +292,7 @@ class rope_neox : public encoder<p::identity<T>, lambda::rotation<T>> {
 
  public:
   explicit rope_neox(index_t d, double base = 10000.0, index_t rotary_dim = 0)
-      : base_t(p::identity<T>(d),
+      : base_t(p::identity<T>(detail::rope_dim(d)),
                lambda::rotation<T>(d, rope_gptj<T>::rope_theta(d, base, rotary_dim), pairing::split_half)) {}
 };
 
@@ -293,7 +310,7 @@ class permuteformer : public encoder<p::identity<T>, lambda::permutation_power<T
   /// draws one per head): x̃_s[j] = x[π^s(j)], the reference's `gather` of its expanded table.
   /// Errors name 'pi' or 'pi.size()'.
   explicit permuteformer(const std::vector<index_t>& pi)
-      : base(p::identity<T>(static_cast<index_t>(pi.size())), lambda::permutation_power<T>(pi)) {}
+      : base(p::identity<T>(detail::pi_dim(pi, "lrpe::permuteformer")), lambda::permutation_power<T>(pi)) {}
 };
 
 /**

@@ -39,9 +39,11 @@ struct heads_view {
   index_t batch = 0, heads = 0, seq = 0, dim = 0;
   index_t batch_stride = 0, head_stride = 0, seq_stride = 0;
 
-  /// The (seq × dim) matrix of head h of batch entry b (row stride `seq_stride`).
+  /// The (seq × dim) matrix of head h of batch entry b (row stride `seq_stride`). A view
+  /// without elements may have null data: its heads do too (an offset from null is undefined).
   [[nodiscard]] matrix_view<T> head(index_t b, index_t h) const noexcept {
-    return matrix_view<T>(data + b * batch_stride + h * head_stride, seq, dim, seq_stride);
+    T* const at = data == nullptr ? nullptr : data + b * batch_stride + h * head_stride;
+    return matrix_view<T>(at, seq, dim, seq_stride);
   }
   /// A mutable view converts to a const one. (A template, so that a const view declares no
   /// conversion to its own type: nvcc's front end warns about one even when it is constrained away.)

@@ -164,8 +164,8 @@ class dft_phase_kernel {
     };
     // (ar, ai) ± (br, bi)·(wr, wi), in place.
     const auto butterfly = [](b& ar, b& ai, b& br, b& bi, const b& wr, const b& wi) LRPE_ALWAYS_INLINE_LAMBDA {
-      const b tr = xsimd::fms(br, wr, bi * wi);
-      const b ti = xsimd::fma(br, wi, bi * wr);
+      const b tr = compat::fms(br, wr, bi * wi);
+      const b ti = compat::fma(br, wi, bi * wr);
       br = ar - tr;
       bi = ai - ti;
       ar = ar + tr;
@@ -235,8 +235,8 @@ class dft_phase_kernel {
       const b er = half * (ar + br), ei = half * (ai - bi);
       const b orr = half * (ai + bi), oi = half * (br - ar);
       const b wr(tw_re_[static_cast<std::size_t>(k)]), wi(tw_im_[static_cast<std::size_t>(k)]);
-      xr_out = er + xsimd::fms(wr, orr, wi * oi);
-      xi_out = ei + xsimd::fma(wr, oi, wi * orr);
+      xr_out = er + compat::fms(wr, orr, wi * oi);
+      xi_out = ei + compat::fma(wr, oi, wi * orr);
     };
     for (index_t k = 1; k <= M / 2 && M >= 2; ++k) {
       const index_t k2 = M - k;  // its partner (k2 == k at k = M/2)
@@ -679,8 +679,8 @@ class dft_phase_kernel {
   template <bool Stream>
   static LRPE_ALWAYS_INLINE void phase_store(const b& re, const b& im, const T* c, const T* s, T* y, index_t d) noexcept {
     const b cv = b::load_unaligned(c), sv = b::load_unaligned(s);
-    store<Stream>(xsimd::fms(re, cv, im * sv), y);
-    store<Stream>(xsimd::fma(re, sv, im * cv), y + d);
+    store<Stream>(compat::fms(re, cv, im * sv), y);
+    store<Stream>(compat::fma(re, sv, im * cv), y + d);
   }
 
   /// y = [Re, Im] of (re + i·im)·e^{iφ}: features ≥ e pass through.

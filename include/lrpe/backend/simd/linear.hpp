@@ -419,9 +419,9 @@ struct linear_run {
           LRPE_UNROLL
           for (index_t u = 0; u < G; ++u) {
             if (u < g) {
-              const B sv = xsimd::fma(kc, vb[u], B::load_unaligned(sr + u * W) * sb);
+              const B sv = compat::fma(kc, vb[u], B::load_unaligned(sr + u * W) * sb);
               sv.store_unaligned(sr + u * W);
-              acc[u] = xsimd::fma(qc, sv, acc[u]);
+              acc[u] = compat::fma(qc, sv, acc[u]);
             }
           }
         }
@@ -589,8 +589,8 @@ struct linear_run {
             const B qc = B::load_aligned(qt + c * W), qc_odd = B::load_aligned(qt + (c + 1) * W);
             LRPE_UNROLL
             for (index_t u = 0; u < JB; ++u) {
-              a[u] = xsimd::fma(B(kr[u * ks + c]), qc, a[u]);
-              a_odd[u] = xsimd::fma(B(kr[u * ks + c + 1]), qc_odd, a_odd[u]);
+              a[u] = compat::fma(B(kr[u * ks + c]), qc, a[u]);
+              a_odd[u] = compat::fma(B(kr[u * ks + c + 1]), qc_odd, a_odd[u]);
             }
           }
           LRPE_UNROLL
@@ -611,8 +611,8 @@ struct linear_run {
         B dn = B::load_aligned(den);
         if (has_state) {
           B dz(T(0));
-          for (index_t c = 0; c < f; ++c) dz = xsimd::fma(B(z[c]), B::load_aligned(qt + c * W), dz);
-          dn = decays ? xsimd::fma(B::load_aligned(wq), dz, dn) : dn + dz;
+          for (index_t c = 0; c < f; ++c) dz = compat::fma(B(z[c]), B::load_aligned(qt + c * W), dz);
+          dn = decays ? compat::fma(B::load_aligned(wq), dz, dn) : dn + dz;
         }
         const B eps(static_cast<T>(p.eps));
         (B(T(1)) / xsimd::select(dn < eps, eps, dn)).store_aligned(inv);  // a NaN den stays NaN
@@ -638,7 +638,7 @@ struct linear_run {
       pf.finish();
       for (index_t c = 0; c < f; c += W) {
         B zc = B::load_aligned(z + c) * B(rescale);
-        for (index_t j = 0; j < W; ++j) zc = xsimd::fma(B(decays ? wfold[j] : T(1)), B::load_unaligned(k + j * ks + c), zc);
+        for (index_t j = 0; j < W; ++j) zc = compat::fma(B(decays ? wfold[j] : T(1)), B::load_unaligned(k + j * ks + c), zc);
         zc.store_aligned(z + c);
       }
       last = p_new;
@@ -678,7 +678,7 @@ struct linear_run {
         for (index_t c = 0; c < f; c += W) {
           const B zc = B::load_aligned(z + c) + B::load_unaligned(kr + c);
           zc.store_aligned(z + c);
-          if (normalise) dn = xsimd::fma(B::load_unaligned(qr + c), zc, dn);
+          if (normalise) dn = compat::fma(B::load_unaligned(qr + c), zc, dn);
         }
         if (normalise) {
           const T den = compat::reduce_add(dn), eps = static_cast<T>(p.eps);
@@ -722,8 +722,8 @@ struct linear_run {
         const B kc(k[r * ks + c]), qc(q[r * qs + c]);
         LRPE_UNROLL
         for (index_t u = 0; u < NB; ++u) {
-          sc[u] = xsimd::fma(kc, vr[r][u], sc[u]);
-          acc[r][u] = xsimd::fma(qc, sc[u], acc[r][u]);
+          sc[u] = compat::fma(kc, vr[r][u], sc[u]);
+          acc[r][u] = compat::fma(qc, sc[u], acc[r][u]);
         }
       }
       LRPE_UNROLL
@@ -807,7 +807,7 @@ struct linear_run {
         for (index_t r = 0; r < RB; ++r) {
           const B qr(qc[r]);
           LRPE_UNROLL
-          for (index_t k = 0; k < NB; ++k) acc[r][k] = xsimd::fma(qr, sc[k], acc[r][k]);
+          for (index_t k = 0; k < NB; ++k) acc[r][k] = compat::fma(qr, sc[k], acc[r][k]);
         }
       };
       if (has_state) {
@@ -841,7 +841,7 @@ struct linear_run {
           if (r < r_begin) continue;
           const B a(at[j * W + t0 + r]);
           LRPE_UNROLL
-          for (index_t k = 0; k < NB; ++k) acc[r][k] = xsimd::fma(a, vj[k], acc[r][k]);
+          for (index_t k = 0; k < NB; ++k) acc[r][k] = compat::fma(a, vj[k], acc[r][k]);
         }
       };
       for (index_t j = 0; j < t0; ++j) key(j, 0);
@@ -906,7 +906,7 @@ struct linear_run {
         for (index_t r = 0; r < RB; ++r) {
           const B kc(kj[r]);
           LRPE_UNROLL
-          for (index_t u = 0; u < NB; ++u) acc[r][u] = xsimd::fma(kc, vj[u], acc[r][u]);
+          for (index_t u = 0; u < NB; ++u) acc[r][u] = compat::fma(kc, vj[u], acc[r][u]);
         }
       }
       LRPE_UNROLL
@@ -923,7 +923,7 @@ struct linear_run {
     constexpr index_t W = B::size;
     const B ab(a);
     for (index_t c = 0; c < dvp; c += W)
-      xsimd::fma(ab, B::load_aligned(x + c), B::load_aligned(y + c)).store_aligned(y + c);
+      compat::fma(ab, B::load_aligned(x + c), B::load_aligned(y + c)).store_aligned(y + c);
   }
 
   /**

@@ -111,11 +111,11 @@ inline xsimd::batch<T, A> exp2_nonpositive(xsimd::batch<T, A> x) noexcept {
   if constexpr (is_float) {
     // minimax for relative error on [−1/2, 1/2] with p(0) = 1
     p = B(T(1.3264714507386088e-3));
-    p = xsimd::fma(p, f, B(T(9.671508334577084e-3)));
-    p = xsimd::fma(p, f, B(T(5.550733581185341e-2)));
-    p = xsimd::fma(p, f, B(T(2.4022242426872253e-1)));
-    p = xsimd::fma(p, f, B(T(6.931470036506653e-1)));
-    p = xsimd::fma(p, f, B(T(1)));
+    p = compat::fma(p, f, B(T(9.671508334577084e-3)));
+    p = compat::fma(p, f, B(T(5.550733581185341e-2)));
+    p = compat::fma(p, f, B(T(2.4022242426872253e-1)));
+    p = compat::fma(p, f, B(T(6.931470036506653e-1)));
+    p = compat::fma(p, f, B(T(1)));
   } else {
     // Taylor coefficients ln2^k / k!, k = 11 … 1
     constexpr T c[] = {T(4.44553827187081162e-10), T(7.05491162080112336e-09), T(1.01780860092396999e-07),
@@ -123,12 +123,14 @@ inline xsimd::batch<T, A> exp2_nonpositive(xsimd::batch<T, A> x) noexcept {
                        T(1.33335581464284433e-03), T(9.61812910762847688e-03), T(5.55041086648215831e-02),
                        T(2.40226506959100722e-01), T(0.693147180559945309417232121458176568)};
     p = B(c[0]);
-    for (int k = 1; k < 11; ++k) p = xsimd::fma(p, f, B(c[k]));
-    p = xsimd::fma(p, f, B(T(1)));
+    for (int k = 1; k < 11; ++k) p = compat::fma(p, f, B(c[k]));
+    p = compat::fma(p, f, B(T(1)));
   }
   constexpr int mantissa = is_float ? 23 : 52;
   constexpr I bias = is_float ? I(127) : I(1023);
-  const auto ni = xsimd::to_int(n);
+  // a NaN lane's exponent from n = 0 (converting NaN to an integer is undefined; f, hence p,
+  // is NaN there already)
+  const auto ni = xsimd::to_int(xsimd::select(n == n, n, B(T(0))));
   return p * xsimd::bitwise_cast<B>((ni + bias) << mantissa);  // n = −127 (−1023): 2^n reads as +0
 }
 
@@ -158,7 +160,7 @@ inline void qk_micro(const T* q, index_t qs, const T* kp, index_t d, T* s, index
     for (index_t r = 0; r < R; ++r) {
       const B qb(q[r * qs + c]);
       LRPE_UNROLL
-      for (index_t u = 0; u < U; ++u) acc[r][u] = xsimd::fma(qb, k[u], acc[r][u]);
+      for (index_t u = 0; u < U; ++u) acc[r][u] = compat::fma(qb, k[u], acc[r][u]);
     }
   }
   LRPE_UNROLL
@@ -219,7 +221,7 @@ inline void pv_micro(const T* p, index_t prs, index_t pcs, const T* alpha, const
       }
       const B pb(pj[r * prs]);
       LRPE_UNROLL
-      for (index_t u = 0; u < VU; ++u) acc[r][u] = xsimd::fma(pb, vb[u], acc[r][u]);
+      for (index_t u = 0; u < VU; ++u) acc[r][u] = compat::fma(pb, vb[u], acc[r][u]);
     }
   }
   LRPE_UNROLL
@@ -263,11 +265,11 @@ inline bool all_finite(const T* x, index_t count) noexcept {
   B acc(T(0)), acc2(T(0));
   index_t i = 0;
   for (; i + 2 * W <= count; i += 2 * W) {
-    acc = xsimd::fma(B::load_unaligned(x + i), B(T(0)), acc);
-    acc2 = xsimd::fma(B::load_unaligned(x + i + W), B(T(0)), acc2);
+    acc = compat::fma(B::load_unaligned(x + i), B(T(0)), acc);
+    acc2 = compat::fma(B::load_unaligned(x + i + W), B(T(0)), acc2);
   }
   if (i + W <= count) {
-    acc = xsimd::fma(B::load_unaligned(x + i), B(T(0)), acc);
+    acc = compat::fma(B::load_unaligned(x + i), B(T(0)), acc);
     i += W;
   }
   T rest = compat::reduce_add(acc + acc2);
@@ -490,7 +492,7 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
           part[r] = B(T(0));
         }
       }
-      xsimd::fma(a, B::load_aligned(l + b0), compat::haddp(part)).store_aligned(l + b0);
+      compat::fma(a, B::load_aligned(l + b0), compat::haddp(part)).store_aligned(l + b0);
       m_new.store_aligned(m + b0);
       a.store_aligned(alpha + b0);
     }
@@ -600,13 +602,13 @@ void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>
           for (index_t c = 0; c < dw; c += W) {
             const B qc = B::load_aligned(qr + c);
             const T* kr = k.row(j0 + u * W) + c;
-            for (index_t jj = 0; jj < W; ++jj, kr += ks) part[jj] = xsimd::fma(qc, B::load_unaligned(kr), part[jj]);
+            for (index_t jj = 0; jj < W; ++jj, kr += ks) part[jj] = compat::fma(qc, B::load_unaligned(kr), part[jj]);
           }
         } else {
           for (index_t c = 0; c < dw; c += W) {
             const B qc = B::load_aligned(qr + c);
             for (index_t jj = 0; jj <= last; ++jj)
-              part[jj] = xsimd::fma(qc, B::load_unaligned(k.row(j0 + u * W + jj) + c), part[jj]);
+              part[jj] = compat::fma(qc, B::load_unaligned(k.row(j0 + u * W + jj) + c), part[jj]);
           }
         }
         compat::haddp(part).store_aligned(sr + u * W);
@@ -669,7 +671,7 @@ void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>
               if (st[(r0 + r) * BK + j] == T(0)) continue;
             }
             const B pj(st[(r0 + r) * BK + j]);
-            for (index_t u = 0; u < VU; ++u) acc[r][u] = xsimd::fma(pj, vb[u], acc[r][u]);
+            for (index_t u = 0; u < VU; ++u) acc[r][u] = compat::fma(pj, vb[u], acc[r][u]);
           }
         }
         for (index_t r = 0; r < NR; ++r)

@@ -42,6 +42,7 @@
 #pragma once
 
 #include <lrpe/backend/simd/tag.hpp>
+#include <lrpe/core/config.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -94,6 +95,42 @@ inline T reduce_add(const xsimd::batch<T, Arch>& b) noexcept {
 #else
   return xsimd::hadd(b);
 #endif
+}
+
+/**
+ * x·y + z (`fma`) and x·y − z (`fms`), fused exactly when the translation unit has FMA hardware
+ * (`__FMA__`, implied by AVX-512), whatever the arch tag, and otherwise a product then a sum.
+ * xsimd 8 fuses only on its fma3 and fma4 arches: on AVX-512, and on `avx2` or `avx` named in an
+ * FMA-enabled unit, its `fma` is x·y + z, which GCC contracts into an FMA or not per copy of a
+ * kernel and clang never does. The scalar tails' `detail::mul_add` makes the same choice, so an
+ * element rounds alike in a vector body and in a scalar tail, in every copy and with either
+ * compiler (tests compare layouts and kernel variants bit for bit).
+ */
+template <class T, class Arch>
+LRPE_ALWAYS_INLINE xsimd::batch<T, Arch> fma(const xsimd::batch<T, Arch>& x, const xsimd::batch<T, Arch>& y,
+                                             const xsimd::batch<T, Arch>& z) noexcept {
+#if defined(__FMA__)
+  // (by width, not by register type: a vector type as a template argument drops its attributes)
+  constexpr std::size_t bytes = xsimd::batch<T, Arch>::size * sizeof(T);
+  constexpr bool f32 = std::is_same_v<T, float>, f64 = std::is_same_v<T, double>;
+  if constexpr (bytes == 16 && f32) return _mm_fmadd_ps(x, y, z);
+  else if constexpr (bytes == 16 && f64) return _mm_fmadd_pd(x, y, z);
+  else if constexpr (bytes == 32 && f32) return _mm256_fmadd_ps(x, y, z);
+  else if constexpr (bytes == 32 && f64) return _mm256_fmadd_pd(x, y, z);
+#if defined(__AVX512F__)
+  else if constexpr (bytes == 64 && f32) return _mm512_fmadd_ps(x, y, z);
+  else if constexpr (bytes == 64 && f64) return _mm512_fmadd_pd(x, y, z);
+#endif
+  else return xsimd::fma(x, y, z);
+#else
+  return xsimd::fma(x, y, z);
+#endif
+}
+
+template <class T, class Arch>
+LRPE_ALWAYS_INLINE xsimd::batch<T, Arch> fms(const xsimd::batch<T, Arch>& x, const xsimd::batch<T, Arch>& y,
+                                             const xsimd::batch<T, Arch>& z) noexcept {
+  return compat::fma(x, y, -z);
 }
 
 namespace detail {

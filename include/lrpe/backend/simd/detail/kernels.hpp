@@ -528,7 +528,7 @@ LRPE_ALWAYS_INLINE void permute_tile(const T* const* x, T* const* y, const index
     for (index_t k = 0; k < w; ++k) acc[k] = b(T(0));
     for (index_t c = 0; c < d; c += w) {
 #pragma GCC unroll 8
-      for (index_t k = 0; k < w; ++k) acc[k] = xsimd::fma(b::load_aligned(cols + (c + k) * w), b(v[c + k]), acc[k]);
+      for (index_t k = 0; k < w; ++k) acc[k] = compat::fma(b::load_aligned(cols + (c + k) * w), b(v[c + k]), acc[k]);
     }
     mu = b(T(-2)) * (haddp_tree(acc) + b(T(0)));
   }
@@ -542,7 +542,7 @@ LRPE_ALWAYS_INLINE void permute_tile(const T* const* x, T* const* y, const index
     for (index_t i = 0; i < w; ++i) {
       const auto j = static_cast<index_t>(idx[c + i]);
       t[i] = b::load_aligned(cols + j * w);
-      if constexpr (Reflect) t[i] = xsimd::fma(mu, b(v[j]), t[i]);
+      if constexpr (Reflect) t[i] = compat::fma(mu, b(v[j]), t[i]);
     }
     compat::transpose_square(t);
 #pragma GCC unroll 8
@@ -565,10 +565,10 @@ inline T row_dot(const T* a, const T* b, index_t n) noexcept {
   B s0(T(0)), s1(T(0));
   index_t c = 0;
   for (; c + 2 * W <= n; c += 2 * W) {
-    s0 = xsimd::fma(B::load_unaligned(a + c), B::load_unaligned(b + c), s0);
-    s1 = xsimd::fma(B::load_unaligned(a + c + W), B::load_unaligned(b + c + W), s1);
+    s0 = compat::fma(B::load_unaligned(a + c), B::load_unaligned(b + c), s0);
+    s1 = compat::fma(B::load_unaligned(a + c + W), B::load_unaligned(b + c + W), s1);
   }
-  for (; c + W <= n; c += W) s0 = xsimd::fma(B::load_unaligned(a + c), B::load_unaligned(b + c), s0);
+  for (; c + W <= n; c += W) s0 = compat::fma(B::load_unaligned(a + c), B::load_unaligned(b + c), s0);
   T s = compat::reduce_add(s0 + s1);
   for (; c < n; ++c) s = lrpe::detail::mul_add(a[c], b[c], s);
   return s;
@@ -622,7 +622,7 @@ struct p_kernel<Arch, p::householder<T>> {
     const b vm2(m2);
     index_t i = 0;
     for (; i + w <= d_; i += w)
-      xsimd::fma(vm2, b::load_unaligned(v_ + i), b::load_unaligned(x + i)).store_unaligned(y + i);
+      compat::fma(vm2, b::load_unaligned(v_ + i), b::load_unaligned(x + i)).store_unaligned(y + i);
     for (; i < d_; ++i) y[i] = lrpe::detail::mul_add(m2, v_[i], x[i]);
   }
 
@@ -648,12 +648,12 @@ struct p_kernel<Arch, p::householder<T>> {
       for (; i + w <= d_; i += w) {
         const b vv = b::load_unaligned(v_ + i);
 #pragma GCC unroll 16
-        for (index_t r = 0; r < w; ++r) acc[r] = xsimd::fma(b::load_unaligned(x + r * xs + i), vv, acc[r]);
+        for (index_t r = 0; r < w; ++r) acc[r] = compat::fma(b::load_unaligned(x + r * xs + i), vv, acc[r]);
       }
     } else {
       for (; i + w <= d_; i += w) {
         const b vv = b::load_unaligned(v_ + i);
-        for (index_t r = 0; r < cnt; ++r) acc[r] = xsimd::fma(b::load_unaligned(x + r * xs + i), vv, acc[r]);
+        for (index_t r = 0; r < cnt; ++r) acc[r] = compat::fma(b::load_unaligned(x + r * xs + i), vv, acc[r]);
       }
     }
     alignas(sizeof(b)) T dots[w];
@@ -665,7 +665,7 @@ struct p_kernel<Arch, p::householder<T>> {
     }
   }
   LRPE_ALWAYS_INLINE b map(const row_state& st, index_t j, b x) const noexcept {
-    return xsimd::fma(b(st.mu), b::load_unaligned(v_ + j), x);
+    return compat::fma(b(st.mu), b::load_unaligned(v_ + j), x);
   }
   LRPE_ALWAYS_INLINE T map1(const row_state& st, index_t j, T x) const noexcept {
     return lrpe::detail::mul_add(st.mu, v_[j], x);
@@ -753,15 +753,15 @@ struct dense_real_p {
       b a0(T(0)), a1(T(0));
       for (index_t n = 0; n < d; ++n) {
         const b xn(x[n]);
-        a0 = xsimd::fma(xn, b::load_unaligned(col + n * d + i), a0);
-        a1 = xsimd::fma(xn, b::load_unaligned(col + n * d + i + w), a1);
+        a0 = compat::fma(xn, b::load_unaligned(col + n * d + i), a0);
+        a1 = compat::fma(xn, b::load_unaligned(col + n * d + i + w), a1);
       }
       a0.store_unaligned(y + i);
       a1.store_unaligned(y + i + w);
     }
     for (; i + w <= d; i += w) {
       b a0(T(0));
-      for (index_t n = 0; n < d; ++n) a0 = xsimd::fma(b(x[n]), b::load_unaligned(col + n * d + i), a0);
+      for (index_t n = 0; n < d; ++n) a0 = compat::fma(b(x[n]), b::load_unaligned(col + n * d + i), a0);
       a0.store_unaligned(y + i);
     }
     for (; i < d; ++i) {
@@ -1079,7 +1079,7 @@ struct l_kernel<Arch, lambda::rotation<T>> {
           const b a = b::load_unaligned(xa + k), bb = b::load_unaligned(xb + k);
           const b cv = b::load_unaligned(c + k), sv = b::load_unaligned(s + k);
           b lo, hi;
-          interleave_avx2(xsimd::fms(a, cv, bb * sv), xsimd::fma(bb, cv, a * sv), lo, hi);
+          interleave_avx2(compat::fms(a, cv, bb * sv), compat::fma(bb, cv, a * sv), lo, hi);
           store<Stream>(lo, out + 2 * k);
           store<Stream>(hi, out + 2 * k + w);
         }
@@ -1159,7 +1159,7 @@ struct l_kernel<Arch, lambda::rotation<T>> {
       const b xs = xsimd::swizzle(xv, swap);
       const b cv = xsimd::swizzle(b::load_unaligned(c + i / 2), dup);
       const b sv = xsimd::swizzle(b::load_unaligned(s + i / 2), dup);
-      store<Stream>(xsimd::fma(xv, cv, (xs * sv) ^ neg_even), y + i);
+      store<Stream>(compat::fma(xv, cv, (xs * sv) ^ neg_even), y + i);
     }
     for (; i < e; i += 2) {
       const T a = map.map1(st, i, x[i]), bb = map.map1(st, i + 1, x[i + 1]), ck = c[i / 2], sk = s[i / 2];
@@ -1181,8 +1181,8 @@ struct l_kernel<Arch, lambda::rotation<T>> {
     for (; k + w <= half_; k += w) {
       const b a = map.map(st, k, b::load_unaligned(xa + k)), bb = map.map(st, half_ + k, b::load_unaligned(xb + k));
       const b cv = b::load_unaligned(c + k), sv = b::load_unaligned(s + k);
-      store<Stream>(xsimd::fms(a, cv, bb * sv), ya + k);
-      store<Stream>(xsimd::fma(bb, cv, a * sv), yb + k);
+      store<Stream>(compat::fms(a, cv, bb * sv), ya + k);
+      store<Stream>(compat::fma(bb, cv, a * sv), yb + k);
     }
     for (; k < half_; ++k) {
       const T a = map.map1(st, k, xa[k]), bb = map.map1(st, half_ + k, xb[k]);
