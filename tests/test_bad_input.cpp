@@ -390,3 +390,39 @@ TEST_CASE("sizes past lrpe::max_dim are an lrpe::shape_error naming the argument
   CHECK(lrpe::p::identity<float>(lrpe::max_dim).dim() == lrpe::max_dim);
   CHECK(lrpe::freq::complex_phase(16).size() == 16);
 }
+
+// ---- found by the fuzz targets (tests/fuzz/regressions holds each input)
+
+TEST_CASE("canonical::clip: a negative clip distance is an error (-r overflowed at INT64_MIN)") {
+  CHECK(lrpe::canonical::clip(-7, 3) == -3);
+  CHECK(lrpe::canonical::clip(std::numeric_limits<lrpe::position_t>::min(), 0) == 0);
+  CHECK_THROWS_WITH_AS((void)lrpe::canonical::clip(0, std::numeric_limits<lrpe::position_t>::min()),
+                       doctest::Contains("argument 'r' must be >= 0"), lrpe::parameter_error);
+  CHECK_THROWS_AS((void)lrpe::canonical::clip(5, -1), lrpe::parameter_error);
+}
+
+TEST_CASE("matrix_view whose last row's offset passes int64 is an error at every entry point") {
+  const lrpe::row_matrix<double> q = lrpe::row_matrix<double>::Ones(4, 8), k = q;
+  lrpe::row_matrix<double> out(4, 8);
+  const double row[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  const lrpe::matrix_view<const double> wild(row, 4, 8, std::int64_t{1} << 62);  // 3·2^62 past int64
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention(q, k, wild, out, lrpe::no_encoding{}),
+                       doctest::Contains("argument 'v' must have the offset of its last element"), lrpe::shape_error);
+  CHECK_THROWS_AS(lrpe::linear_attention(q, k, wild, out, lrpe::no_encoding{}, lrpe::feature_maps::identity{}),
+                  lrpe::shape_error);
+  // the largest stride that fits is accepted as a shape (one row: no stride is formed)
+  const lrpe::matrix_view<const double> one_row(row, 1, 8, std::numeric_limits<index_t>::max());
+  CHECK_NOTHROW(lrpe::validate(one_row, "test", "v"));
+}
+
+TEST_CASE("views without columns and with null data (an empty Eigen matrix's): no pointer is formed from null") {
+  // under UBSan these were 'applying non-zero offset to null pointer' (reference) and a memcpy
+  // from null (SIMD, test_simd_bad_input.cpp)
+  const lrpe::row_matrix<float> q = lrpe::row_matrix<float>::Ones(4, 8), k = q;
+  const lrpe::matrix_view<const float> v_empty(nullptr, 4, 0, 1);
+  const lrpe::matrix_view<float> out_empty(nullptr, 4, 0, 1);
+  CHECK_NOTHROW(lrpe::softmax_attention(q, k, v_empty, out_empty, lrpe::no_encoding{}));
+  CHECK_NOTHROW(lrpe::linear_attention(q, k, v_empty, out_empty, lrpe::no_encoding{}, lrpe::feature_maps::identity{},
+                                       lrpe::linear_options{.causal = true}));
+  CHECK(v_empty.row(3) == nullptr);
+}

@@ -9,8 +9,10 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <cmath>
 #include <limits>
 #include <memory>
+#include <new>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -132,4 +134,54 @@ TEST_CASE_TEMPLATE("simd_encoder built from a temporary keeps its own encoder (c
   lrpe::row_matrix<T> ref(n, kept.feature_dim());
   kept.encode(lrpe::view(x), 5, lrpe::view(ref));
   CHECK((want - ref).cwiseAbs().maxCoeff() <= T(2 * d) * std::numeric_limits<T>::epsilon());
+}
+
+// ---- found by the fuzz targets (tests/fuzz/regressions holds each input)
+
+TEST_CASE("simd linear attention: V read in place only when d_v is whole vectors (no read past the view)") {
+  // V's row stride is d_v rounded up to the vector width and V is aligned: the kernels used it in
+  // place and loaded a whole vector from the last row, past the memory the view covers (ASan:
+  // heap-buffer-overflow). The buffer below holds exactly what the view spans.
+  constexpr index_t W = static_cast<index_t>(xsimd::batch<float>::size);
+  const index_t n = 8, dv = 4;
+  const std::size_t count = static_cast<std::size_t>((n - 1) * W + dv);
+  struct aligned_free {
+    void operator()(float* p) const { ::operator delete(p, std::align_val_t{64}); }
+  };
+  std::unique_ptr<float, aligned_free> v(static_cast<float*>(::operator new(count * sizeof(float), std::align_val_t{64})));
+  for (std::size_t i = 0; i < count; ++i) v.get()[i] = static_cast<float>(i % 5) - 2.0f;
+  const lrpe::row_matrix<float> q = ramp<float>(n, 4), k = ramp<float>(n, 4);
+  const lrpe::matrix_view<const float> vv(v.get(), n, dv, W);
+  for (const bool causal : {false, true}) {
+    CAPTURE(causal);
+    lrpe::row_matrix<float> out(n, dv), ref(n, dv);
+    const lrpe::linear_options opt{.causal = causal};
+    lrpe::linear_attention(q, k, vv, out, lrpe::no_encoding{}, lrpe::feature_maps::identity{}, opt,
+                           lrpe::backend::simd<>{});
+    lrpe::linear_attention(q, k, vv, ref, lrpe::no_encoding{}, lrpe::feature_maps::identity{}, opt);
+    CHECK((out - ref).cwiseAbs().maxCoeff() <= 1e-5f);
+  }
+}
+
+TEST_CASE_TEMPLATE("simd softmax: a NaN logit gives a NaN row without a NaN-to-integer conversion", T, float, double) {
+  // A scale whose logits overflow is documented to give NaN rows; the exp2 kernel converted the
+  // NaN to an int64 exponent (UBSan: 'nan is outside the range of representable values').
+  const lrpe::row_matrix<T> q = lrpe::row_matrix<T>::Ones(16, 4), k = q, v = q;
+  lrpe::row_matrix<T> out(16, 4);
+  lrpe::softmax_attention(q, k, v, out, lrpe::no_encoding{}, lrpe::softmax_options<>{.scale = 1e30},
+                          lrpe::backend::simd<>{});
+  lrpe::row_matrix<T> q_nan = q;
+  q_nan(3, 1) = std::numeric_limits<T>::quiet_NaN();
+  lrpe::softmax_attention(q_nan, k, v, out, lrpe::no_encoding{}, lrpe::softmax_options<>{}, lrpe::backend::simd<>{});
+  CHECK(std::isnan(out(3, 0)));
+  CHECK(std::isfinite(out(2, 0)));
+}
+
+TEST_CASE("simd softmax and linear: V and out without columns, null data (no memcpy from null)") {
+  const lrpe::row_matrix<double> q = lrpe::row_matrix<double>::Ones(16, 8), k = q;
+  lrpe::row_matrix<double> v(16, 0), out(16, 0);  // an empty Eigen matrix: data() is null
+  CHECK_NOTHROW(lrpe::softmax_attention(q, k, v, out, lrpe::no_encoding{}, lrpe::softmax_options<>{},
+                                        lrpe::backend::simd<>{}));
+  CHECK_NOTHROW(lrpe::linear_attention(q, k, v, out, lrpe::no_encoding{}, lrpe::feature_maps::identity{},
+                                       lrpe::linear_options{.causal = true}, lrpe::backend::simd<>{}));
 }

@@ -39,8 +39,10 @@ namespace canonical {
   return std::max(d, -top);  // INT64_MIN itself (t − s = −2^63) reads as −(2^63 − 1) too
 }
 
-/// Shaw et al.'s clip(x, r) = max(−r, min(r, x)).
-[[nodiscard]] constexpr position_t clip(position_t x, position_t r) noexcept {
+/// Shaw et al.'s clip(x, r) = max(−r, min(r, x)), for a clip distance r ≥ 0.
+/// @throws parameter_error if r < 0 (−r would overflow at INT64_MIN, and no table has such a clip).
+[[nodiscard]] constexpr position_t clip(position_t x, position_t r) {
+  if (r < 0) lrpe::detail::fail<parameter_error>("lrpe::canonical::clip", "r", "must be >= 0 (a clip distance)", r);
   return std::max(-r, std::min(r, x));
 }
 

@@ -44,7 +44,9 @@ struct matrix_view {
   constexpr matrix_view(const matrix_view<U>& other) noexcept
       : matrix_view(other.data, other.rows, other.cols, other.row_stride) {}
 
-  [[nodiscard]] constexpr T* row(index_t i) const noexcept { return data + i * row_stride; }
+  /// Row i's start. A view without columns may have null data (an empty Eigen matrix's): its
+  /// rows are null too (an offset from null is undefined).
+  [[nodiscard]] constexpr T* row(index_t i) const noexcept { return data == nullptr ? data : data + i * row_stride; }
   [[nodiscard]] constexpr T& operator()(index_t i, index_t j) const noexcept { return data[i * row_stride + j]; }
   [[nodiscard]] constexpr bool empty() const noexcept { return rows == 0; }
 };
@@ -59,6 +61,13 @@ void validate(const matrix_view<T>& v, const char* where, const char* arg) {
     detail::fail<shape_error>(where, arg, detail::concat("must have row_stride >= cols (", v.cols, ")"), v.row_stride);
   if (v.rows != 0 && v.cols != 0 && v.data == nullptr)
     detail::fail<shape_error>(where, arg, "must have non-null data when non-empty", "nullptr");
+  // the offset of the last element must be an index_t: the kernels form every row's pointer
+  index_t last = 0;
+  if (v.rows > 0 && v.cols > 0 &&
+      (__builtin_mul_overflow(v.rows - 1, v.row_stride, &last) || __builtin_add_overflow(last, v.cols - 1, &last)))
+    detail::fail<shape_error>(where, arg,
+                              "must have the offset of its last element, (rows-1)*row_stride + cols-1, an index_t",
+                              detail::concat(v.rows, " rows of stride ", v.row_stride));
 }
 
 /// View of an Eigen row-major dense object with unit inner stride (Matrix, Map, Ref, Block).

@@ -160,7 +160,7 @@ struct linear_run {
         continue;
       }
       if (weights == nullptr) {
-        std::memcpy(dst, src, static_cast<std::size_t>(dv) * sizeof(T));
+        if (dv > 0) std::memcpy(dst, src, static_cast<std::size_t>(dv) * sizeof(T));  // (src may be null then)
       } else {
         const T w = weights[j - a];
         for (index_t c = 0; c < dv; ++c) dst[c] = w * src[c];
@@ -170,10 +170,13 @@ struct linear_run {
   }
 
   /// V rows [a, b) with row stride dvp, as the micro-kernels read them (aligned loads): V itself
-  /// when it already has that layout and no weights apply, else packed into vblock.
+  /// when it already has that layout and no weights apply, else packed into vblock. In place only
+  /// when d_v is whole vectors: the kernels read dvp columns, and past the last row's d_v lies
+  /// memory that the view does not cover.
   const T* v_rows(index_t a, index_t b, const T* weights) {
     constexpr std::size_t align = sizeof(xsimd::batch<T, A>);
-    if (weights == nullptr && p.v.row_stride == dvp && reinterpret_cast<std::uintptr_t>(p.v.data) % align == 0)
+    if (weights == nullptr && dv == dvp && p.v.row_stride == dvp &&
+        reinterpret_cast<std::uintptr_t>(p.v.data) % align == 0)
       return p.v.row(a);
     pack_v(a, b, weights);
     return vblock;

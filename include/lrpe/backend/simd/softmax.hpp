@@ -787,7 +787,8 @@ void softmax_simd(const softmax_problem<T>& p, const matrix_view<const T>& q, co
   for (index_t jt = 0; jt < tiles; ++jt) {  // V, and per key tile whether it holds a NaN or ±∞
     const index_t j0 = jt * BK, j1 = std::min(nk, j0 + BK);
     for (index_t j = j0; j < j1; ++j) {
-      std::memcpy(vp + j * dvp, p.v.row(j), static_cast<std::size_t>(dv) * sizeof(T));
+      // (no copy from a V without columns: its data may be null, and memcpy from null is undefined)
+      if (dv > 0) std::memcpy(vp + j * dvp, p.v.row(j), static_cast<std::size_t>(dv) * sizeof(T));
       std::fill(vp + j * dvp + dv, vp + (j + 1) * dvp, T(0));
     }
     kb[3 * jt + 2] = all_finite<T, A>(vp + j0 * dvp, (j1 - j0) * dvp) ? 0 : 1;
