@@ -1094,7 +1094,16 @@ bool vector_feature_map(const Phi& phi, const T* x, T* y, index_t d) {
     return true;
   };
   if constexpr (std::is_same_v<Phi, feature_maps::elu_plus_one>) {
-    return run([](B v) { return xsimd::select(v > B(T(0)), v + B(T(1)), xsimd::exp(v)); }, phi);
+    // xsimd 8's exp converts its argument's multiple of ln 2 to an integer, a scalar cast on
+    // AVX-512 without DQ: undefined for NaN and ±∞. So exp sees a finite argument (exp(lo)
+    // underflows to 0, as exp(−∞) is), and a NaN feature is the input's NaN.
+    const B lo(std::is_same_v<T, float> ? T(-200) : T(-1000));
+    return run(
+        [lo](B v) {
+          const B e = xsimd::exp(xsimd::select(v > lo, xsimd::select(v < B(T(0)), v, B(T(0))), lo));
+          return xsimd::select(v > B(T(0)), v + B(T(1)), xsimd::select(v == v, e, v));
+        },
+        phi);
   } else if constexpr (std::is_same_v<Phi, feature_maps::relu>) {
     return run([](B v) { return xsimd::select(v < B(T(0)), B(T(0)), v); }, phi);  // NaN stays NaN
   } else if constexpr (std::is_same_v<Phi, feature_maps::relu_eps>) {
