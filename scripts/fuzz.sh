@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Builds lrpe's libFuzzer targets (tests/fuzz, clang with ASan + UBSan) and runs each one for a
 # bounded time from a copy of its checked-in seed corpus; the repository is never written to.
 #
@@ -10,6 +11,7 @@
 #   LRPE_FUZZ_BUILD    build directory (default build/fuzz); runs go to <build>/runs/<target>/
 #   LRPE_FUZZ_JOBS     parallel compile jobs (default 2)
 #   LRPE_FUZZ_CXX      the clang++ to use (default clang++)
+#   LRPE_FUZZ_PARALLEL targets fuzzed at once (default: the number of CPUs; each uses one)
 #   LRPE_SKIP_DEPS=1   do not check or install packages
 #   LRPE_FUZZ_SKIP     ids of input classes to step over (tests/fuzz/README.md; never in CI)
 #
@@ -26,6 +28,7 @@ seconds="${LRPE_FUZZ_SECONDS:-60}"
 build="${LRPE_FUZZ_BUILD:-$root/build/fuzz}"
 jobs="${LRPE_FUZZ_JOBS:-2}"
 cxx="${LRPE_FUZZ_CXX:-clang++}"
+parallel="${LRPE_FUZZ_PARALLEL:-$(nproc 2>/dev/null || echo 1)}"
 
 # ---------------------------------------------------------------------------- dependencies
 # clang, its libFuzzer/sanitizer runtime (a package of its own on Debian: libclang-rt-<N>-dev),
@@ -117,21 +120,21 @@ done
 
 # ---------------------------------------------------------------------------- fuzz
 echo
-echo "== fuzzing, ${seconds} s per target"
-summary=()
-for t in "${targets[@]}"; do
-  run="$build/runs/$t"
-  rm -rf "$run/corpus" "$run/artifacts"
+echo "== fuzzing, ${seconds} s per target, ${parallel} at a time"
+# One target's run: its result line in $run/result, its status in $run/status (ok | crash).
+fuzz_one() {
+  local t="$1" run="$build/runs/$1"
+  rm -rf "$run/corpus" "$run/artifacts" "$run/result" "$run/status"
   mkdir -p "$run/corpus" "$run/artifacts"
   [[ -d "$root/tests/fuzz/corpus/$t" ]] && cp -R "$root/tests/fuzz/corpus/$t/." "$run/corpus/"
-  dict=()
+  local dict=()
   [[ -f "$root/tests/fuzz/$t.dict" ]] && dict=("-dict=$root/tests/fuzz/$t.dict")
-  log="$run/fuzz.log"
-  rc=0
+  local log="$run/fuzz.log" rc=0
   # print_stacktrace: UBSan's reports carry the call chain (ASan's always do)
   UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}" \
     "$build/$t" "$run/corpus" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$run/artifacts/" "${dict[@]}" >"$log" 2>&1 || rc=$?
+  local execs cov_line cov ft corp line
   execs="$(grep -m1 '^stat::number_of_executed_units:' "$log" | awk '{print $2}' || true)"
   cov_line="$(grep -E '^#[0-9]+[[:space:]].* cov: ' "$log" | tail -1 || true)"
   cov="$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$cov_line")"
@@ -139,17 +142,35 @@ for t in "${targets[@]}"; do
   corp="$(sed -n 's/.* corp: \([^ ]*\).*/\1/p' <<<"$cov_line")"
   line="$(printf '%-24s executions %-10s cov %-6s ft %-7s corpus %s' "$t" "${execs:-?}" "${cov:-?}" "${ft:-?}" "${corp:-?}")"
   if ((rc == 0)); then
-    summary+=("$line  ok")
-    echo "$line  ok"
+    echo "$line  ok" >"$run/result"
+    echo ok >"$run/status"
   else
+    local artifact
     artifact="$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -1 || true)"
-    summary+=("$line  CRASH ($artifact)")
-    echo "$line  CRASH (exit $rc)"
-    grep -m5 -E '==ERROR|ERROR: libFuzzer|runtime error|postcondition failed|^  ' "$log" | sed 's/^/    /' || true
-    echo "    artifact: ${artifact:-none written}; log: $log"
-    echo "    reproduce: $build/$t ${artifact:-<artifact>}"
-    failed+=("$t")
+    {
+      echo "$line  CRASH (exit $rc)"
+      grep -m5 -E '==ERROR|ERROR: libFuzzer|runtime error|postcondition failed|^  ' "$log" | sed 's/^/    /' || true
+      echo "    artifact: ${artifact:-none written}; log: $log"
+      echo "    reproduce: $build/$t ${artifact:-<artifact>}"
+    } >"$run/result"
+    echo crash >"$run/status"
   fi
+  cat "$run/result"
+}
+running=0
+for t in "${targets[@]}"; do
+  if ((running >= parallel)); then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  fuzz_one "$t" &
+  running=$((running + 1))
+done
+wait || true
+summary=()
+for t in "${targets[@]}"; do
+  summary+=("$(head -n1 "$build/runs/$t/result" 2>/dev/null || echo "$t  NO RESULT")")
+  [[ "$(cat "$build/runs/$t/status" 2>/dev/null)" == ok ]] || failed+=("$t")
 done
 
 echo

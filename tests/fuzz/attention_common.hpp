@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file attention_common.hpp
  * Shared pieces of the attention fuzz targets (fuzz_attention_shapes: one head's matrix_views;

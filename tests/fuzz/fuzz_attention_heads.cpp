@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: multi-head attention calls from fuzzed heads_views, positions, options and
 // linear-attention states.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: one head's attention calls from fuzzed views, positions and options.
 //
 // From the input: Q, K, V and out as matrix_views (sizes ≤ 64 rows × 32 columns; row strides

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: the position functions of lrpe/canonical with raw int64 inputs and raw
 // configurations: T5 buckets, DeBERTa log buckets, Shaw's clip, the saturating offsets, ALiBi
 // slopes and biases, and the tables indexed by them (t5_bias, urpe, toeplitz_bias, shaw,

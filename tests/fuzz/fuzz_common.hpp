@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /**
  * @file fuzz_common.hpp
  * Shared pieces of lrpe's libFuzzer targets (tests/fuzz/README.md).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: frequency schedules and scalings from raw doubles (the numbers of a
 // Hugging Face rope config), and the encoders built from them.
 //

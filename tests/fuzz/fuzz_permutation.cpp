@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: permutations from raw int64 arrays.
 //
 // `p::permutation` and `lambda::permutation_power` validate an index array as a bijection of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: importing a linear-attention state from arbitrary doubles.
 //
 // `linear_attention_snapshot<T>::from_flat` reads a vector of doubles (any bits: NaN, ±∞,

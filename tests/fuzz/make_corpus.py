@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Writes the seed corpus of lrpe's fuzz targets: tests/fuzz/corpus/<target>/<seed>.
 
 Deterministic (no randomness): run it after changing a target's input layout and commit the
