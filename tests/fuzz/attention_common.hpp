@@ -99,9 +99,7 @@ inline position_spec read_positions(input& in, index_t rows) {
   position_spec p;
   const std::uint8_t m = in.u8();
   // (a view of more rows than any buffer here is one the call must reject: no long array for it)
-  // (rows is clamped before the offset is added: a view's seq can be an int64 extreme)
-  const index_t near = std::clamp<index_t>(rows, -8, 256);
-  const index_t n = std::clamp<index_t>(m >= 232 ? near + in.small(-2, 2) : near, 0, 130);
+  const index_t n = std::clamp<index_t>(m >= 232 ? sat_add(rows, in.small(-2, 2)) : rows, 0, 130);
   switch (m % 8) {
     case 0: p.offset = 0; break;
     case 1: p.offset = in.edgy_i64(); break;

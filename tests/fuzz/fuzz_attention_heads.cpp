@@ -153,7 +153,7 @@ std::vector<double> read_decays(input& in, index_t heads) {
   const std::uint8_t m = in.u8();
   if (m < 128) return r;  // options.decay for every head
   // (a view of more heads than any buffer here is one the call must reject: no long list for it)
-  const index_t n = std::clamp<index_t>(m >= 240 ? heads + in.small(-1, 1) : heads, 0, 64);
+  const index_t n = std::clamp<index_t>(m >= 240 ? sat_add(heads, in.small(-1, 1)) : heads, 0, 64);
   for (index_t h = 0; h < n; ++h) r.push_back(m >= 224 ? in.edgy_f64() : (h % 2 ? 0.9 : 1.0 - 0.01 * h));
   return r;
 }
@@ -200,7 +200,7 @@ void fuzz(input& in) {
   const buffer<T> out0(out.buf.size(), sentinel);
   T* out_ptr = nullptr;
   const index_t hd = q.shape.dim;  // the width encodings are built for (or off by one)
-  const index_t d_enc = in.u8() >= 240 ? hd + in.small(-1, 1) : hd;
+  const index_t d_enc = in.u8() >= 240 ? sat_add(hd, in.small(-1, 1)) : hd;
   const double qm = max_abs(q.buf), km = max_abs(k.buf), vm = max_abs(v.buf);
 
   // ------------------------------------------------------------------------ softmax

@@ -125,6 +125,13 @@ class input {
   std::size_t n_;
 };
 
+/// a + b, saturated at int64's ends: the harness nudges sizes and positions that may be extremes.
+inline std::int64_t sat_add(std::int64_t a, std::int64_t b) noexcept {
+  std::int64_t r = 0;
+  if (!__builtin_add_overflow(a, b, &r)) return r;
+  return b > 0 ? std::numeric_limits<std::int64_t>::max() : std::numeric_limits<std::int64_t>::min();
+}
+
 /// True when LRPE_FUZZ_SKIP (a comma-separated list of ids, or "all") names `id`.
 inline bool known_open(std::string_view id) {
   static const char* env = std::getenv("LRPE_FUZZ_SKIP");

@@ -83,8 +83,8 @@ void fuzz_assign(input& in, lrpe::linear_attention_state<T> st) {
   if ((null_kv || null_z) && known_open("assign-null")) return;  // issue 36 §2 item 5
   std::vector<T> kv(static_cast<std::size_t>(std::max<index_t>(f * std::max<index_t>(stride, 1), 1)), T(0.5));
   std::vector<T> z(static_cast<std::size_t>(f), T(0.25));
-  const position_t last = in.flag() ? st.last_position() + in.small(0, 3) : in.edgy_i64();
-  const index_t count = in.flag() ? st.count() + in.small(-1, 2) : in.edgy_i64();
+  const position_t last = in.flag() ? sat_add(st.last_position(), in.small(0, 3)) : in.edgy_i64();
+  const index_t count = in.flag() ? sat_add(st.count(), in.small(-1, 2)) : in.edgy_i64();
   const double carry = in.flag() ? 1.0 : in.edgy_f64();
   // (a stride below dv must be rejected before kv is read: the buffer is then f·stride long)
   st.assign(null_kv ? nullptr : kv.data(), stride, null_z ? nullptr : z.data(), last, count, carry);
