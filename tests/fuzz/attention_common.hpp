@@ -83,6 +83,18 @@ inline std::optional<index_t> claimed_extent(index_t rows, index_t cols, index_t
   return last;
 }
 
+/// Deterministic moderate values k/32 (|x| ≤ 4) from a seed: long tensors without long inputs.
+struct value_stream {
+  std::uint64_t x;
+  template <class T>
+  T next() {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return static_cast<T>(static_cast<std::int8_t>(x >> 24) / 32.0);
+  }
+};
+
 /// Positions of a call: an offset or an array (sorted, raw extremes, unsorted), of the view's
 /// length or a wrong one.
 struct position_spec {

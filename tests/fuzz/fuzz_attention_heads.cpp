@@ -129,17 +129,6 @@ tensor4<T> read_tensor(input& in, index_t b, index_t h, index_t n, index_t d, bo
   return t;
 }
 
-struct value_stream {
-  std::uint64_t x;
-  template <class T>
-  T next() {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return static_cast<T>(static_cast<std::int8_t>(x >> 24) / 32.0);
-  }
-};
-
 template <class T>
 void require_padding_kept(const tensor4<T>& out, const std::vector<outcome<T>>& r, T sentinel) {
   for (const auto& o : r)

@@ -31,18 +31,6 @@ struct tensor {
   [[nodiscard]] lrpe::matrix_view<const T> cview() const { return {null ? nullptr : buf.data(), rows, cols, stride}; }
 };
 
-/// Deterministic moderate values k/32 (|x| ≤ 4) from a seed: long tensors without long inputs.
-struct value_stream {
-  std::uint64_t x;
-  template <class T>
-  T next() {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return static_cast<T>(static_cast<std::int8_t>(x >> 24) / 32.0);
-  }
-};
-
 template <class T>
 tensor<T> read_tensor(input& in, index_t rows, index_t cols) {
   tensor<T> t;
