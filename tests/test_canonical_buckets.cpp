@@ -225,6 +225,25 @@ TEST_CASE("DeBERTa-v2: spans of 2^62 or more rejected (2*span rows); a log bucke
   CHECK(p2c_only.query_vector(-1)[1] == 3);
 }
 
+TEST_CASE("DeBERTa-v2: |rel| > mid maps beyond mid where |rel|/mid rounds to 1 in double (mid past 2^53)") {
+  // found by fuzz_buckets (regressions/fuzz_buckets/deberta-ratio-rounds-to-one): mid + 1 gave mid
+  const index_t bucket_size = 32092545397630984;  // mid = 16046272698815492 > 2^53
+  const position_t max_position = 8517262853918176078;
+  const position_t mid = bucket_size / 2;
+  position_t before = cn::deberta_log_bucket(mid, bucket_size, max_position);
+  CHECK(before == mid);
+  for (position_t rel = mid + 1; rel <= mid + 64; ++rel) {
+    CAPTURE(rel);
+    const position_t got = cn::deberta_log_bucket(rel, bucket_size, max_position);
+    CHECK(got > mid);
+    CHECK(got >= before);  // monotone
+    CHECK(cn::deberta_log_bucket(-rel, bucket_size, max_position) == -got);
+    before = got;
+  }
+  // the smallest step is 1: ⌈log(1 + 1/mid)/log((max − 1)/mid)·(mid − 1)⌉ = ⌈≈ 1/log(530.8)⌉
+  CHECK(cn::deberta_log_bucket(mid + 1, bucket_size, max_position) == mid + 1);
+}
+
 TEST_CASE("buckets: DeBERTa-v2 log buckets (256, 512) reproduce REFERENCE.md") {
   const std::vector<std::pair<position_t, position_t>> published = {
       {0, 0},     {1, 1},     {127, 127}, {128, 128},   {129, 129},   {130, 130},   {200, 169},

@@ -157,8 +157,9 @@ struct deberta_buckets {
  * DeBERTa-v2's log bucket of rel = query_pos − key_pos (HF `make_log_bucket_position`):
  * mid = bucket_size/2; offsets with |rel| ≤ mid are kept; larger ones map to
  * sign(rel)·(⌈log(|rel|/mid)/log((max_position−1)/mid)·(mid−1)⌉ + mid). Computed in double;
- * defined for every int64 rel (|INT64_MIN| reads as 2^63 − 1). The result is odd in rel and
- * unbounded in magnitude (the attention span clamps it), saturated at ±(2^63 − 1).
+ * defined for every int64 rel (|INT64_MIN| reads as 2^63 − 1). The result is odd in rel,
+ * monotone, beyond mid in magnitude where |rel| is (also where |rel|/mid rounds to 1 in double)
+ * and unbounded (the attention span clamps it), saturated at ±(2^63 − 1).
  * @throws parameter_error if bucket_size < 4 or max_position ≤ bucket_size/2 + 1 (the log base
  * (max_position − 1)/mid would be ≤ 1: the buckets would not grow with |rel|, or change sign).
  */
@@ -171,19 +172,18 @@ struct deberta_buckets {
   const position_t mid = bucket_size / 2;
   const position_t a = (rel < mid && rel > -mid) ? mid - 1 : saturating_abs(rel);
   if (a <= mid) return rel;
-  // Both logs are ≥ 0 (the rounded ratios are ≥ 1); they are 0 only where a/mid or
-  // (max_position − 1)/mid rounds to 1 in double (mid near 2^61 or more): a/mid = 1 then gives
-  // mid (0/0 would be NaN), and a larger a over a base of 1 gives +∞.
-  const double above = std::log(static_cast<double>(a) / static_cast<double>(mid));
-  const double log_pos =
-      above == 0 ? static_cast<double>(mid)
-                 : std::ceil(above / std::log(static_cast<double>(max_position - 1) / static_cast<double>(mid)) *
-                             static_cast<double>(mid - 1)) +
-                       static_cast<double>(mid);
-  // log_pos ≥ mid > 0; past int64 (a huge span with max_position near mid) it saturates, as the
-  // offsets do: the attention span clamps either
+  // |rel| > mid maps beyond mid, as the exact formula does (its ceil is ≥ 1). Past 2^53 the
+  // double ratio a/mid can round to 1 (log 0): the offset's own log1p((a − mid)/mid) keeps it
+  // positive, and mid + steps is added in integers, where it cannot round back to mid. A log base
+  // that rounds to 1 (max_position − 1 near mid) gives +∞ steps, saturated as the offsets are.
+  const double plain = std::log(static_cast<double>(a) / static_cast<double>(mid));
+  const double above = plain > 0 ? plain : std::log1p(static_cast<double>(a - mid) / static_cast<double>(mid));
+  const double steps = std::ceil(above / std::log(static_cast<double>(max_position - 1) / static_cast<double>(mid)) *
+                                 static_cast<double>(mid - 1));  // ≥ 1
   constexpr double top = 0x1p63;
-  const position_t p = log_pos < top ? static_cast<position_t>(log_pos) : std::numeric_limits<position_t>::max();
+  position_t p = std::numeric_limits<position_t>::max();
+  if (steps < top && __builtin_add_overflow(mid, static_cast<position_t>(steps), &p))
+    p = std::numeric_limits<position_t>::max();
   return rel < 0 ? -p : p;
 }
 
