@@ -59,7 +59,7 @@ template <class T>
 bool simd_v_overread_risk(index_t stride, index_t cols) {
 #if defined(LRPE_HAS_SIMD)
   constexpr auto w = static_cast<index_t>(xsimd::batch<T>::size);
-  const index_t padded = (std::max<index_t>(cols, 1) + w - 1) / w * w;
+  const index_t padded = (std::clamp<index_t>(cols, 1, lrpe::max_dim) + w - 1) / w * w;  // (cols may be any int64)
   return stride == padded && cols % w != 0;
 #else
   (void)stride;

@@ -264,7 +264,10 @@ void fuzz(input& in) {
   lopt.head_decays = decays;
   const auto lkind = static_cast<linear_encoding>(in.u8() % 3);
   const phi_choice phi = read_phi(in);
-  const bool with_states = in.flag();
+  // (states of more than 2^16 entries come only from views the call must reject; 64 of them,
+  // copied once per backend, would pass libFuzzer's memory limit)
+  const bool with_states = in.flag() && (static_cast<double>(std::max<index_t>(hd, 0)) + 1) *
+                                                static_cast<double>(std::max<index_t>(v.shape.dim, 0)) <= 0x1p16;
   const index_t per_head_count = in.u8() >= 230 ? in.small(0, 5) : std::clamp<index_t>(q.shape.heads, 0, 64);
 
   // states: batch × heads (or a wrong count), each with its head's widths and decay (or not),
@@ -279,7 +282,7 @@ void fuzz(input& in) {
       const index_t h = q.shape.heads > 0 ? i % q.shape.heads : 0;
       const std::uint8_t m = in.u8();
       const double lambda = m >= 250 ? 0.5 : (decays.size() > static_cast<std::size_t>(h) ? decays[static_cast<std::size_t>(h)] : lopt.decay);
-      const index_t f = m >= 240 && m < 250 ? hd + 1 : hd;
+      const index_t f = m >= 240 && m < 250 ? sat_add(hd, 1) : hd;
       states.emplace_back(f, v.shape.dim, lambda);  // may throw: a width < 1, λ ∉ (0, 1]
       if (m % 3 == 0) {  // one key folded in already, at a position from the input
         std::vector<T> kf(static_cast<std::size_t>(std::max<index_t>(f, 0)), T(0.5)), vv(static_cast<std::size_t>(std::max<index_t>(v.shape.dim, 0)), T(-0.25));

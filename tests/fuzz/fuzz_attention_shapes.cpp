@@ -124,11 +124,14 @@ void fuzz(input& in) {
   fill(k, vs);
   fill(v, vs);
   bool poked = false;
-  if (in.u8() == 0xEE) {  // one non-finite input
-    poked = true;
+  if (in.u8() == 0xEE) {  // one non-finite input (where the tensor has any)
     tensor<T>& t = in.flag() ? q : v;
-    const std::size_t at = in.u16() % t.buf.size();
-    t.buf[at] = in.flag() ? std::numeric_limits<T>::quiet_NaN() : std::numeric_limits<T>::infinity();
+    const std::uint16_t at = in.u16();
+    const T bad = in.flag() ? std::numeric_limits<T>::quiet_NaN() : std::numeric_limits<T>::infinity();
+    if (!t.buf.empty()) {
+      poked = true;
+      t.buf[at % t.buf.size()] = bad;
+    }
   }
   const T sentinel = T(123.25);
   buffer<T> out0(out.buf.size(), sentinel);
