@@ -378,7 +378,7 @@ LRPE_ALWAYS_INLINE void widen_indices(const std::uint8_t* src, Entry* dst, index
  * each entry.
  */
 template <class Arch>
-LRPE_ALWAYS_INLINE void lookup_bytes(const std::uint8_t* lut, index_t lut_size, const std::uint8_t* in,
+LRPE_ALWAYS_INLINE void lookup_bytes(const std::uint8_t* lut, [[maybe_unused]] index_t lut_size, const std::uint8_t* in,
                                      std::uint8_t* out, index_t d) noexcept {
   index_t j = 0;
 #if defined(__AVX2__)
