@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// bench_cuda: the CUDA backend's benchmarks (docs/cuda.md, "GPU checklist", item 3). Built when
+// bench_cuda: the CUDA backend's benchmarks (bench/results/history.md, "GPU checklist", item 3). Built when
 // CUDA is enabled (bench/CMakeLists.txt), never run by CI (no GPU there); without a device every
 // benchmark reports "no CUDA device" and skips itself.
 //

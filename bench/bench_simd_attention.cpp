@@ -423,7 +423,7 @@ void linear_simd(benchmark::State& state) {
 /// `linear_simd` with other head layouts, one thread: arg 2 = 0 BNSH with the heads n·d + 16
 /// scalars apart (not a power of two of bytes), 1 BSNH (a position's heads adjacent). Against
 /// `linear_simd`'s BNSH (heads n·d apart: 2 MiB at n = 8192), whether the step from n = 4096 to
-/// 8192 on the Xeon host (performance.md) comes from the heads' power-of-two distance.
+/// 8192 on the Xeon host (bench/results/history.md) comes from the heads' power-of-two distance.
 void linear_simd_layout(benchmark::State& state) {
   const index_t n = state.range(0);
   const bool causal = state.range(1) != 0, bsnh = state.range(2) != 0;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""One table of the CUDA backend's numbers against the issue-5 targets (docs/cuda.md, GPU checklist).
+"""One table of the CUDA backend's numbers against the issue-5 targets (bench/results/history.md, GPU checklist).
 
 Reads bench_cuda's Google Benchmark JSON and, optionally, bench/torch_gpu_peer.py's
 results.json (same device, same run), and prints:

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """PyTorch peers of lrpe's CUDA kernels, for the GPU machine (H100/H200).
 
-What it does (docs/cuda.md, "GPU checklist"):
+What it does (bench/results/history.md, "GPU checklist"):
   1. rope   : HF LLaMA rotary (transformers' LlamaRotaryEmbedding + apply_rotary_pos_emb,
               split-half = lrpe::rope_neox) on random bf16/fp16/fp32 Q, K at positions with a
               large offset: times it (ms, GB/s of q and k read + written) and measures its

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The snippets of docs/backends.md (SIMD encoders) and docs/performance.md (SIMD attention),
+// The SIMD encoder and SIMD attention snippets of docs/backends.md and docs/howto-pick-backend-and-isa.md,
 // compiled and checked against the reference backend; the docs quote the blocks between the
 // [name] markers. Built only with the lrpe::simd target. Returns non-zero if a check fails.
 #include <lrpe/lrpe.hpp>

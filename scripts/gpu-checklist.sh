@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# docs/cuda.md's GPU checklist in one command, for the GPU machine (the device tool runs it in
+# The GPU checklist (bench/results/history.md) in one command, for the GPU machine (the device tool runs it in
 # the repository root; carry `.gpu-deps`, made here by scripts/gpu-deps.sh). Writes every log
 # and JSON under $OUT (default build/gpu-out) and prints a short summary last.
 #

@@ -4,7 +4,7 @@
 # GPU machine: its image has nvcc, CMake and a host compiler but none of lrpe's Debian
 # dependencies, and it cannot fetch packages. Run it here (it needs apt-get download and
 # dpkg-deb); .gpu-deps/ is git-ignored, about 12 MiB, and travels with a device run as a carried
-# path. docs/cuda.md ("GPU checklist") shows the configure line that uses it:
+# path. bench/results/history.md ("GPU checklist") shows the configure line that uses it:
 #   cmake ... -DCMAKE_PREFIX_PATH="$PWD/.gpu-deps/usr" \
 #             -Dbenchmark_DIR="$PWD/.gpu-deps/usr/lib/x86_64-linux-gnu/cmake/benchmark"
 # and LD_LIBRARY_PATH="$PWD/.gpu-deps/usr/lib/x86_64-linux-gnu" for bench_cuda (libbenchmark.so.1).

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Helpers shared by the attention tests: reproducible random matrices and a scale-free error
-// against a long-double reference. Tolerances stay in each test file (they differ per kernel).
+// Helpers shared by the attention tests: aliases, reproducible random matrices, a scale-free error
+// against a long-double reference, and the tolerances, named by what is compared (one place, so
+// that two files comparing the same things use the same bound).
 #pragma once
 
 #include <doctest/doctest.h>
@@ -14,6 +15,30 @@
 #include <vector>
 
 namespace attention_test {
+
+using lrpe::index_t;
+using lrpe::position_t;
+
+/// Softmax attention (any encoding, any kernel) against a long-double dense reference: exp and
+/// the normalisation run in T.
+template <class T>
+constexpr double softmax_vs_exact() {
+  return std::is_same_v<T, float> ? 2e-4 : 1e-11;
+}
+
+/// Linear attention against a long-double dense reference (no exp; sums of products in T).
+template <class T>
+constexpr double linear_vs_exact() {
+  return std::is_same_v<T, float> ? 3e-5 : 1e-13;
+}
+
+/// Two of the library's kernels on the same problem (the SIMD backend against the reference
+/// backend; a call split into streaming segments against one call): the same math summed in
+/// another order.
+template <class T>
+constexpr double kernel_vs_kernel() {
+  return std::is_same_v<T, float> ? 2e-5 : 1e-12;
+}
 
 template <class T>
 using rm = lrpe::row_matrix<T>;

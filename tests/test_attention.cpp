@@ -19,6 +19,7 @@
 
 namespace {
 
+using attention_test::softmax_vs_exact;
 using attention_test::for_each_preset;
 using attention_test::random_matrix;
 using attention_test::rel_error;
@@ -28,11 +29,6 @@ using lrpe::position_t;
 template <class T>
 using rm = lrpe::row_matrix<T>;
 using ld = long double;
-
-template <class T>
-double tolerance() {
-  return std::is_same_v<T, float> ? 2e-4 : 1e-11;
-}
 
 /**
  * Naive softmax attention in long double: out_s = Σ_t c(s,t) e^{l(s,t) − m} (v_t + a(s,t)) /
@@ -215,14 +211,14 @@ TEST_CASE_TEMPLATE("softmax: no encoding and additive bias equal the naive refer
     rm<T> out(s.nq, s.dv);
     lrpe::softmax_attention(q, k, v, out, lrpe::no_encoding{}, opt);
     auto ref = naive_softmax<T>(s.nq, s.nk, v, [&](index_t i, index_t j) { return scale * dot(q, i, k, j); }, visible);
-    CHECK(rel_error(out, ref) <= tolerance<T>());
+    CHECK(rel_error(out, ref) <= softmax_vs_exact<T>());
 
     const test_alibi<T> alibi{s.d, 0.375};
     lrpe::softmax_attention(q, k, v, out, alibi, opt);
     ref = naive_softmax<T>(s.nq, s.nk, v, [&](index_t i, index_t j) {
       return scale * dot(q, i, k, j) - 0.375L * std::abs(static_cast<ld>(opt.k_positions[j] - opt.q_positions[i]));
     }, visible);
-    CHECK(rel_error(out, ref) <= tolerance<T>());
+    CHECK(rel_error(out, ref) <= softmax_vs_exact<T>());
 
     // an encoding's default_scale replaces 1/√d; an explicit scale replaces both
     const test_unscaled_bias<T> unscaled{{s.d, 0.375}};
@@ -230,14 +226,14 @@ TEST_CASE_TEMPLATE("softmax: no encoding and additive bias equal the naive refer
     ref = naive_softmax<T>(s.nq, s.nk, v, [&](index_t i, index_t j) {
       return dot(q, i, k, j) - 0.375L * std::abs(static_cast<ld>(opt.k_positions[j] - opt.q_positions[i]));
     }, visible);
-    CHECK(rel_error(out, ref) <= tolerance<T>());
+    CHECK(rel_error(out, ref) <= softmax_vs_exact<T>());
     auto opt2 = opt;
     opt2.scale = 0.5;
     lrpe::softmax_attention(q, k, v, out, unscaled, opt2);
     ref = naive_softmax<T>(s.nq, s.nk, v, [&](index_t i, index_t j) {
       return 0.5L * dot(q, i, k, j) - 0.375L * std::abs(static_cast<ld>(opt.k_positions[j] - opt.q_positions[i]));
     }, visible);
-    CHECK(rel_error(out, ref) <= tolerance<T>());
+    CHECK(rel_error(out, ref) <= softmax_vs_exact<T>());
   }
 }
 
@@ -269,7 +265,7 @@ void check_encoder_softmax(const Enc& enc, const char* name, std::uint64_t seed)
           return scale * w(q.row(i).data(), k.row(j).data(), opt.k_positions[j] - opt.q_positions[i]);
         },
         [&](index_t i, index_t j) { return !s.causal || opt.k_positions[j] <= opt.q_positions[i]; });
-    CHECK(rel_error(out, ref) <= tolerance<T>());
+    CHECK(rel_error(out, ref) <= softmax_vs_exact<T>());
   }
 }
 
@@ -310,7 +306,7 @@ TEST_CASE_TEMPLATE("softmax: Shaw-style generic encoding with value term, and UR
 
     rm<T> out(s.nq, s.d);
     lrpe::softmax_attention(q, k, v, out, shaw, opt);
-    CHECK(rel_error(out, naive_softmax<T>(s.nq, s.nk, v, logit, visible, cref, vterm)) <= tolerance<T>());
+    CHECK(rel_error(out, naive_softmax<T>(s.nq, s.nk, v, logit, visible, cref, vterm)) <= softmax_vs_exact<T>());
 
     // URPE on a plain encoder and on no encoding; a struct with weight(s, t) works too
     struct toeplitz {
@@ -321,7 +317,7 @@ TEST_CASE_TEMPLATE("softmax: Shaw-style generic encoding with value term, and UR
     lrpe::softmax_attention(q, k, v, out, lrpe::no_encoding{}, opt_w);
     CHECK(rel_error(out, naive_softmax<T>(s.nq, s.nk, v, [&](index_t i, index_t j) { return scale * dot(q, i, k, j); }, visible,
                                           [&](index_t i, index_t j) { return ld(opt.k_positions[j] == opt.q_positions[i] ? 2.0 : 0.5); })) <=
-          tolerance<T>());
+          softmax_vs_exact<T>());
   }
 }
 
@@ -336,7 +332,7 @@ TEST_CASE_TEMPLATE("softmax: logits of +-1e4 stay finite and exact", T, float, d
   rm<T> out(n, 3);
   for (bool causal : {false, true}) {
     lrpe::softmax_attention(q, k, v, out, test_alibi<T>{d, 1e4}, lrpe::softmax_options<>{.causal = causal, .tile = 8});
-    CHECK(rel_error(out, rm<ld>(v.template cast<ld>())) <= tolerance<T>());
+    CHECK(rel_error(out, rm<ld>(v.template cast<ld>())) <= softmax_vs_exact<T>());
   }
   // content logits of ±1e4: q, k scaled so that scale·q·k ~ 1e4; compare to the long-double reference
   const rm<T> qb = random_matrix<T>(g, n, d, 100.0), kb = random_matrix<T>(g, n, d, 100.0);

@@ -21,6 +21,7 @@
 
 namespace {
 
+using attention_test::softmax_vs_exact;
 using attention_test::random_matrix;
 using attention_test::rel_error;
 
@@ -30,11 +31,6 @@ namespace cn = lrpe::canonical;
 template <class T>
 using rm = lrpe::row_matrix<T>;
 using ld = long double;
-
-template <class T>
-double tolerance() {
-  return std::is_same_v<T, float> ? 2e-4 : 1e-11;
-}
 
 /// max |out(s, i) − mean of v(t, i) over t ∈ [t0, t1) = keys(s)|, in long double: the rows whose
 /// softmax weights tie on a range of keys (biases held at ±max) and are 0 elsewhere.
@@ -163,7 +159,7 @@ TEST_CASE_TEMPLATE("softmax with every canonical variant equals the naive direct
     auto check = [&](const auto& var, const char* name) {
       CAPTURE(name);
       lrpe::softmax_attention(q, k, v, out, var, o);
-      CHECK(rel_error(out, naive(var, q, k, v, o, cn::default_scale(var, d))) <= tolerance<T>());
+      CHECK(rel_error(out, naive(var, q, k, v, o, cn::default_scale(var, d))) <= softmax_vs_exact<T>());
     };
     check(alibi, "alibi");
     check(alibi_sym, "alibi symmetric");
@@ -179,7 +175,7 @@ TEST_CASE_TEMPLATE("softmax with every canonical variant equals the naive direct
     const cn::urpe<T> c(cn::urpe<T>::default_buckets, random_matrix<T>(g, 2, 64, 0.5));
     lrpe::softmax_options<cn::urpe<T>> ou{o.causal, o.scale, o.q_positions, o.k_positions, o.tile, c.head(1)};
     lrpe::softmax_attention(q, k, v, out, t5.head(0), ou);
-    CHECK(rel_error(out, naive(t5.head(0), q, k, v, o, 1.0, c.head(1))) <= tolerance<T>());
+    CHECK(rel_error(out, naive(t5.head(0), q, k, v, o, 1.0, c.head(1))) <= softmax_vs_exact<T>());
   }
 }
 
@@ -199,7 +195,7 @@ TEST_CASE_TEMPLATE("linear attention and streaming with linearizable canonical v
       lrpe::linear_options o{.causal = variant > 0, .chunk = 6, .decay = variant == 2 ? 0.8 : 1.0, .q_positions = 20, .k_positions = 20};
       rm<T> out(n, 4);
       lrpe::linear_attention(q, k, v, out, var, phi, o);
-      CHECK(rel_error(out, quadratic(var, phi, q, k, v, o)) <= tolerance<T>());
+      CHECK(rel_error(out, quadratic(var, phi, q, k, v, o)) <= softmax_vs_exact<T>());
       if (!o.causal) continue;
       // streaming: the state uses φ_k on append and φ_q on query
       lrpe::linear_attention_state<T> st(cn::feature_dim(var), 4, o.decay);
@@ -208,7 +204,7 @@ TEST_CASE_TEMPLATE("linear attention and streaming with linearizable canonical v
         st.append(var, phi, k.row(i).data(), v.row(i).data(), 20 + i);
         st.query(var, phi, q.row(i).data(), 20 + i, streamed.row(i).data());
       }
-      CHECK(rel_error(streamed, quadratic(var, phi, q, k, v, o)) <= tolerance<T>());
+      CHECK(rel_error(streamed, quadratic(var, phi, q, k, v, o)) <= softmax_vs_exact<T>());
     }
   };
   check(xl, "transformer_xl");
@@ -222,7 +218,7 @@ TEST_CASE_TEMPLATE("linear attention and streaming with linearizable canonical v
     lrpe::linear_options o{.causal = true, .chunk = 6, .q_positions = base, .k_positions = base};
     rm<T> out(n, 4);
     lrpe::linear_attention(q, k, v, out, xl, phi, o);
-    CHECK(rel_error(out, quadratic(xl, phi, q, k, v, o)) <= tolerance<T>());
+    CHECK(rel_error(out, quadratic(xl, phi, q, k, v, o)) <= softmax_vs_exact<T>());
   }
 }
 

@@ -13,8 +13,7 @@
 // (bf16), and the bound is u plus the fp32 bound:
 //   encode: fp32 1e-6, fp16 2^-11 + 1e-6, bf16 2^-8 + 1e-6;
 //   attention: fp32 1e-5, fp16 2^-11 + 1e-5, bf16 2^-8 + 1e-5.
-// Measured on an H200 (2026-11-26): fp32 1.5e-7 (encode) and 9.2e-7 (attention); fp16 2.1e-4,
-// bf16 1.7e-3 (0.43 u, as the rounding of random data gives).
+// The errors measured on a GPU are recorded in bench/results/history.md ("GPU checklist").
 #include <lrpe/cuda.cuh>
 
 #include <doctest/doctest.h>
@@ -132,7 +131,7 @@ double rel_error(const std::vector<double>& got, const std::vector<double>& ref)
 }
 
 /// CHECKs rel_error(got, ref) <= bound and prints the measured error (the GPU checklist records
-/// them: docs/cuda.md), one line per comparison: "[lrpe-error] <what> <dtype>: <err> (bound <b>)".
+/// them: bench/results/history.md), one line per comparison: "[lrpe-error] <what> <dtype>: <err> (bound <b>)".
 template <class T>
 void check_rel_error(const std::vector<double>& got, const std::vector<double>& ref, double bound, const char* what,
                      const char* part) {

@@ -19,6 +19,7 @@
 
 namespace {
 
+using attention_test::linear_vs_exact;
 using attention_test::for_each_preset;
 using attention_test::random_matrix;
 using attention_test::rel_error;
@@ -28,11 +29,6 @@ using lrpe::position_t;
 template <class T>
 using rm = lrpe::row_matrix<T>;
 using ld = long double;
-
-template <class T>
-double tolerance() {
-  return std::is_same_v<T, float> ? 3e-5 : 1e-13;
-}
 
 template <class T, class Phi>
 rm<T> apply_phi(const rm<T>& x, const Phi& phi) {
@@ -145,7 +141,7 @@ TEST_CASE_TEMPLATE("linear: every LRPE preset equals the quadratic form (Eq. 39)
       rm<T> out(nq, dv);
       const lrpe::feature_maps::elu_plus_one phi;
       lrpe::linear_attention(q, k, v, out, enc, phi, o);
-      CHECK(rel_error(out, quadratic(enc, phi, q, k, v, o)) <= tolerance<T>());
+      CHECK(rel_error(out, quadratic(enc, phi, q, k, v, o)) <= linear_vs_exact<T>());
     }
   });
 }
@@ -168,20 +164,20 @@ TEST_CASE_TEMPLATE("linear: denominator normalisation, feature maps and no encod
       }
     } identity_w{d};
     lrpe::linear_attention(q, k, v, out, lrpe::no_encoding{}, lrpe::feature_maps::elu_plus_one{}, o);
-    CHECK(rel_error(out, quadratic(identity_w, lrpe::feature_maps::elu_plus_one{}, q, k, v, o)) <= tolerance<T>());
+    CHECK(rel_error(out, quadratic(identity_w, lrpe::feature_maps::elu_plus_one{}, q, k, v, o)) <= linear_vs_exact<T>());
     // a tiny eps, where LRPE denominators may be ≤ 0: max(den, eps) exactly as documented
     o.eps = 1e-2;
     lrpe::linear_attention(q, k, v, out, rope, lrpe::feature_maps::relu{}, o);
-    CHECK(rel_error(out, quadratic(rope, lrpe::feature_maps::relu{}, q, k, v, o)) <= tolerance<T>());
+    CHECK(rel_error(out, quadratic(rope, lrpe::feature_maps::relu{}, q, k, v, o)) <= linear_vs_exact<T>());
     lrpe::linear_attention(q, k, v, out, rope, lrpe::feature_maps::relu_eps{1e-3}, o);
-    CHECK(rel_error(out, quadratic(rope, lrpe::feature_maps::relu_eps{1e-3}, q, k, v, o)) <= tolerance<T>());
+    CHECK(rel_error(out, quadratic(rope, lrpe::feature_maps::relu_eps{1e-3}, q, k, v, o)) <= linear_vs_exact<T>());
     o.norm = lrpe::normalisation::none;
     lrpe::linear_attention(q, k, v, out, rope, lrpe::feature_maps::identity{}, o);
-    CHECK(rel_error(out, quadratic(rope, lrpe::feature_maps::identity{}, q, k, v, o)) <= tolerance<T>());
+    CHECK(rel_error(out, quadratic(rope, lrpe::feature_maps::identity{}, q, k, v, o)) <= linear_vs_exact<T>());
     // user maps: a lambda, and a row-wise map
     auto square = [](T x) { return x * x; };
     lrpe::linear_attention(q, k, v, out, rope, square, o);
-    CHECK(rel_error(out, quadratic(rope, square, q, k, v, o)) <= tolerance<T>());
+    CHECK(rel_error(out, quadratic(rope, square, q, k, v, o)) <= linear_vs_exact<T>());
     struct rowwise {
       void apply(const T* x, T* y, index_t dd) const {
         for (index_t i = 0; i < dd; ++i) y[i] = x[i] * x[i];
@@ -219,7 +215,7 @@ TEST_CASE_TEMPLATE("linear: chunked causal equals the per-step recurrence for ch
         rm<T> out(n, dv);
         lrpe::linear_attention(q, k, v, out, t8, lrpe::feature_maps::elu_plus_one{}, o);
         // denominators of LRPE features can be tiny: compare the un-normalised case tightly
-        const double tol = norm == lrpe::normalisation::none ? tolerance<T>() : (std::is_same_v<T, float> ? 1e-2 : 1e-9);
+        const double tol = norm == lrpe::normalisation::none ? linear_vs_exact<T>() : (std::is_same_v<T, float> ? 1e-2 : 1e-9);
         CHECK(rel_error(out, ref8) <= tol);
         lrpe::linear_attention(q, k, v, out, t4, lrpe::feature_maps::relu_eps{}, o);
         CHECK(rel_error(out, ref4) <= tol);
@@ -305,11 +301,11 @@ TEST_CASE_TEMPLATE("linear: multi-head segments with one state per (b, h): prefi
   // one token); Type 1 (a Householder P), RoPE, and per-head encodings (RoPE of base 10⁴·(h+1)).
   using lrpe::backend::reference;
   CHECK(attention_test::multihead_state_error<T>(lrpe::type1<T>(8), reference{}, 2, 3, 8, 9, 6, 0x11AE'0007) <=
-        tolerance<T>());
+        linear_vs_exact<T>());
   CHECK(attention_test::multihead_state_error<T>(lrpe::rope_neox<T>(8), reference{}, 2, 3, 8, 9, 6, 0x11AE'0008) <=
-        tolerance<T>());
+        linear_vs_exact<T>());
   const auto per_head = [](index_t h) { return lrpe::rope_neox<T>(8, 1e4 * static_cast<double>(h + 1)); };
-  CHECK(attention_test::multihead_state_error<T>(per_head, reference{}, 2, 3, 8, 9, 6, 0x11AE'0009) <= tolerance<T>());
+  CHECK(attention_test::multihead_state_error<T>(per_head, reference{}, 2, 3, 8, 9, 6, 0x11AE'0009) <= linear_vs_exact<T>());
 }
 
 /// Rows [s0, s0 + m) of every (b, h) of a multi-head view.
@@ -504,10 +500,10 @@ TEST_CASE("linear: errors name the argument; empty sequences") {
     linear_options o{.causal = true, .decay = 0.9, .q_positions = qpos, .k_positions = kpos};
     const rm<ld> want = recurrence(enc, phi, qa, k, v, o);
     lrpe::linear_attention(qa, k, v, a, enc, phi, o);
-    CHECK(rel_error(a, want) <= tolerance<T>());
+    CHECK(rel_error(a, want) <= linear_vs_exact<T>());
     o.chunk = std::numeric_limits<index_t>::max();
     lrpe::linear_attention(qa, k, v, b, enc, phi, o);
-    CHECK(rel_error(b, want) <= tolerance<T>());
+    CHECK(rel_error(b, want) <= linear_vs_exact<T>());
   }
   {
     lrpe::linear_attention_state<T> st(8, 3);

@@ -15,6 +15,7 @@
 
 namespace {
 
+using attention_test::kernel_vs_kernel;
 using attention_test::random_matrix;
 
 using lrpe::index_t;
@@ -25,11 +26,6 @@ using rm = lrpe::row_matrix<T>;
 template <class T>
 double max_rel(const rm<T>& a, const rm<T>& b) {
   return static_cast<double>((a - b).cwiseAbs().maxCoeff()) / (1.0 + static_cast<double>(b.cwiseAbs().maxCoeff()));
-}
-
-template <class T>
-double tolerance() {
-  return std::is_same_v<T, float> ? 2e-5 : 1e-12;
 }
 
 }  // namespace
@@ -56,7 +52,7 @@ TEST_CASE_TEMPLATE("streaming: append/query per token equals batched causal line
       }
       CHECK(st.count() == n);
       CHECK(st.last_position() == p0 + n - 1);
-      CHECK(max_rel(streamed, batched) <= tolerance<T>());
+      CHECK(max_rel(streamed, batched) <= kernel_vs_kernel<T>());
     }
   }
 }
@@ -96,7 +92,7 @@ TEST_CASE_TEMPLATE("streaming: export, flat serialisation and resume at an arbit
     lrpe::linear_attention(q.bottomRows(n - mid), k.bottomRows(n - mid), v.bottomRows(n - mid), out.bottomRows(n - mid),
                            enc, phi, resumed,
                            lrpe::linear_options{.causal = true, .chunk = 7, .decay = decay, .q_positions = 5 + mid, .k_positions = 5 + mid});
-    CHECK(max_rel(out, whole) <= tolerance<T>());
+    CHECK(max_rel(out, whole) <= kernel_vs_kernel<T>());
     CHECK(resumed.count() == n);
   }
 }

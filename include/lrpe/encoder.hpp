@@ -180,5 +180,13 @@ class encoder {
   L l_;
 };
 
+/// Any `lrpe::encoder<P, L>`, presets included (what the backends' `encode` hooks take).
+template <class E>
+concept lrpe_encoder = requires {
+  typename E::p_type;
+  typename E::lambda_type;
+  typename E::scalar;
+} && std::is_base_of_v<encoder<typename E::p_type, typename E::lambda_type>, E>;
+
 }  // namespace v0
 }  // namespace lrpe

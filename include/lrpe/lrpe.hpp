@@ -38,7 +38,7 @@
 
 #include <lrpe/interop/rope_conventions.hpp>
 #include <lrpe/attention/attention.hpp>
-#include <lrpe/backend/reference/encode.hpp>
+#include <lrpe/backend/reference.hpp>
 #include <lrpe/canonical/canonical.hpp>
 
 #include <lrpe/detail/warnings_pop.hpp>

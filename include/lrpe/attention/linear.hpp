@@ -13,16 +13,16 @@
  *     out_s = num_s / max(den_s, eps)    (normalisation::denominator)
  *
  * Non-causal: every key visible, O(n·d_f·d_v). Causal: key t visible iff pos_t ≤ pos_s, by chunks
- * (backend/reference/linear.hpp). Only linearizable encodings are accepted: anything else is a
+ * (the reference kernel: backend/reference/linear.hpp). Only linearizable encodings are accepted: anything else is a
  * compile error (use softmax_attention).
  */
 #pragma once
 
+#include <lrpe/attention/backend_interface.hpp>
 #include <lrpe/attention/feature_map.hpp>
 #include <lrpe/attention/options.hpp>
 #include <lrpe/attention/softmax.hpp>
 #include <lrpe/attention/state.hpp>
-#include <lrpe/backend/reference/linear.hpp>
 
 #include <optional>
 #include <type_traits>
@@ -30,72 +30,6 @@
 
 namespace lrpe {
 inline namespace v0 {
-
-namespace detail {
-
-/// φ then the encoding's features on one side, for every row: n×d → n×d_f.
-template <class T, class Encoding, class Phi>
-row_matrix<T> linear_features(const Encoding& encoding, const Phi& phi, const matrix_view<const T>& x,
-                              const positions& pos, canonical::side which) {
-  const index_t d = x.cols;
-  if constexpr (std::is_same_v<Encoding, no_encoding>) {
-    row_matrix<T> out(x.rows, d);
-    for (index_t i = 0; i < x.rows; ++i) apply_feature_map(phi, x.row(i), out.row(i).data(), d);
-    return out;
-  } else {
-    row_matrix<T> out(x.rows, canonical::feature_dim(encoding));
-    small_buffer<T> tmp(d);
-    for (index_t i = 0; i < x.rows; ++i) {
-      apply_feature_map(phi, x.row(i), tmp.data(), d);
-      encoding_features(encoding, which, tmp.data(), pos[i], out.row(i).data());
-    }
-    return out;
-  }
-}
-
-/// φ then the encoding's features on one side, for every row, into `out` (n×d_f).
-template <class T, class Encoding, class Phi>
-void linear_features_into(const Encoding& encoding, const Phi& phi, const matrix_view<const T>& x,
-                          const positions& pos, canonical::side which, const matrix_view<T>& out) {
-  const index_t d = x.cols;
-  if constexpr (std::is_same_v<Encoding, no_encoding>) {
-    for (index_t i = 0; i < x.rows; ++i) apply_feature_map(phi, x.row(i), out.row(i), d);
-  } else {
-    small_buffer<T> tmp(d);
-    for (index_t i = 0; i < x.rows; ++i) {
-      apply_feature_map(phi, x.row(i), tmp.data(), d);
-      encoding_features(encoding, which, tmp.data(), pos[i], out.row(i));
-    }
-  }
-}
-
-}  // namespace detail
-
-namespace backend {
-/**
- * Features of one side of linear attention (φ, then the encoding) into `out`. The default is
- * the scalar loop `detail::linear_features_into`; a backend may overload it (found by ADL on
- * its tag) with vectorised feature maps.
- */
-template <class Backend, class T, class Encoding, class Phi>
-void linear_features_kernel(const Backend&, const Encoding& encoding, const Phi& phi, const matrix_view<const T>& x,
-                            const positions& pos, canonical::side which, const matrix_view<T>& out) {
-  lrpe::detail::linear_features_into<T>(encoding, phi, x, pos, which, out);
-}
-
-/**
- * Linear attention that computes the features itself, inside the kernel (e.g. chunk by chunk,
- * so that Q̃ and K̃ never go through memory): `p` holds the raw q and k in `qf` and `kf`, and
- * `state` is never null when `p.causal`. Returns false, having done nothing, for what it does
- * not cover; the caller then computes the features (`linear_features_kernel`) and calls
- * `linear_kernel`. The default covers nothing; a backend may overload it (found by ADL).
- */
-template <class Backend, class T, class Encoding, class Phi>
-bool linear_fused_kernel(const Backend&, const Encoding&, const Phi&, const linear_problem<T>&,
-                         linear_attention_state<T>*) {
-  return false;
-}
-}  // namespace backend
 
 namespace detail {
 
@@ -181,6 +115,8 @@ void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<c
 
   // Backend hooks are found by ADL on the backend tag (unqualified calls), so that a backend
   // declared after this header (backend/simd) still provides its overloads.
+  using backend::acquire_feature_scratch;
+  using backend::linear_features_kernel;
   using backend::linear_fused_kernel;
   using backend::linear_kernel;
   std::optional<linear_attention_state<T>> local;

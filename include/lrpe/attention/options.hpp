@@ -6,7 +6,6 @@
  */
 #pragma once
 
-#include <lrpe/backend/reference/tag.hpp>
 #include <lrpe/canonical/linearizable.hpp>
 #include <lrpe/core/error.hpp>
 #include <lrpe/core/relative.hpp>

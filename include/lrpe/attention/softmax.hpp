@@ -18,7 +18,7 @@
 #pragma once
 
 #include <lrpe/attention/options.hpp>
-#include <lrpe/backend/reference/softmax.hpp>
+#include <lrpe/attention/backend_interface.hpp>
 #include <lrpe/core/relative.hpp>
 #include <lrpe/core/view.hpp>
 
@@ -63,81 +63,7 @@ void require_encoding_dim(const E& e, index_t d, const char* where) {
   }
 }
 
-template <class T>
-auto const_tile_map(const matrix_view<const T>& x, index_t r0, index_t r1) {
-  using M = Eigen::Map<const row_matrix<T>, 0, Eigen::OuterStride<>>;
-  return M(x.row(r0), r1 - r0, x.cols, Eigen::OuterStride<>(x.row_stride));
-}
-
 }  // namespace detail
-
-namespace backend {
-
-/**
- * The content logits of a tile, scale·A[i0:i1]·B[j0:j1]ᵀ (A, B: Q and K, or their encoded
- * features). A named type rather than a lambda so that a backend can recognise it and run its
- * own tile GEMM on `a`, `b`, `scale` (backend/simd/softmax.hpp); called, it fills the tile S.
- */
-template <class T>
-struct dot_logits {
-  matrix_view<const T> a;
-  matrix_view<const T> b;
-  T scale;
-  template <class S>
-  void operator()(index_t i0, index_t i1, index_t j0, index_t j1, S& s) const {
-    s.noalias() = lrpe::detail::const_tile_map(a, i0, i1) * lrpe::detail::const_tile_map(b, j0, j1).transpose();
-    s *= scale;
-  }
-};
-
-/// `dot_logits` plus an additive encoding's bias(q_positions[i], k_positions[j]) per entry.
-template <class T, class E>
-struct biased_logits {
-  dot_logits<T> content;
-  const E* encoding;
-  positions q_positions;
-  positions k_positions;
-  template <class S>
-  void operator()(index_t i0, index_t i1, index_t j0, index_t j1, S& s) const {
-    content(i0, i1, j0, j1, s);
-    for (index_t i = i0; i < i1; ++i) {
-      for (index_t j = j0; j < j1; ++j)
-        s(i - i0, j - j0) += lrpe::detail::held_logit<T>(encoding->bias(q_positions[i], k_positions[j]));
-    }
-  }
-};
-
-/**
- * Scratch for the encoded Q and K (n×d_f each) of a linearizable encoding. The default owns two
- * matrices per call; a backend may overload `acquire_feature_scratch` (found by ADL on its tag)
- * to point `q` and `k` at memory it reuses across calls.
- */
-template <class T>
-struct feature_scratch {
-  row_matrix<T> q_store, k_store;
-  matrix_view<T> q, k;
-};
-
-template <class Backend, class T>
-void acquire_feature_scratch(const Backend&, feature_scratch<T>& s, index_t nq, index_t nk, index_t f) {
-  s.q_store.resize(nq, f);
-  s.k_store.resize(nk, f);
-  s.q = view(s.q_store);
-  s.k = view(s.k_store);
-}
-
-/**
- * The features of a block of rows of a linearizable encoding (Q or K), row i at `pos[i]`. The
- * default encodes row by row; a backend may overload it (found by ADL on its tag) with a
- * vectorised encoder (backend/simd does, for every `lrpe::encoder`).
- */
-template <class Backend, class T, class Encoding>
-void encode_features_kernel(const Backend&, const Encoding& encoding, canonical::side which,
-                            const matrix_view<const T>& x, const positions& pos, const matrix_view<T>& out) {
-  for (index_t i = 0; i < x.rows; ++i) lrpe::detail::encoding_features(encoding, which, x.row(i), pos[i], out.row(i));
-}
-
-}  // namespace backend
 
 /**
  * Softmax attention of one head with a relative encoding.
@@ -217,8 +143,9 @@ void softmax_attention(const Q& q_in, const K& k_in, const V& v_in, O&& out_in, 
     }
   }();
 
-  // Kernels are found by ADL on the backend tag (unqualified calls), so that a backend declared
-  // after this header (backend/simd) still provides its overloads.
+  // Hooks are called unqualified: ADL on the backend tag finds a backend's overloads (declared
+  // after this header, in any namespace); the using-declarations bring in the defaults and the
+  // primary templates for a backend in another namespace.
   using backend::softmax_kernel;
   if constexpr (is_none) {
     softmax_kernel(backend, problem, backend::dot_logits<T>{q, k, scale}, value_term, options.reweight);
@@ -229,8 +156,9 @@ void softmax_attention(const Q& q_in, const K& k_in, const V& v_in, O&& out_in, 
   } else if constexpr (canonical::is_linearizable_v<Encoding>) {
     const index_t f = canonical::feature_dim(encoding);
     backend::feature_scratch<T> fs;
-    acquire_feature_scratch(backend, fs, q.rows, k.rows, f);
+    using backend::acquire_feature_scratch;
     using backend::encode_features_kernel;
+    acquire_feature_scratch(backend, fs, q.rows, k.rows, f);
     encode_features_kernel(backend, encoding, canonical::side::query, q, options.q_positions, fs.q);
     encode_features_kernel(backend, encoding, canonical::side::key, k, options.k_positions, fs.k);
     softmax_kernel(backend, problem,

@@ -46,7 +46,8 @@ using position_t = std::int64_t;
 }  // namespace lrpe
 
 /// Forces inlining of small kernel helpers whose arguments are register arrays (GCC and Clang:
-/// an out-of-line call spills them through memory; measured 2× slower on the Type 8 FFT path).
+/// an out-of-line call spills them through memory, which the Type 8 FFT path showed:
+/// bench/results/tuning.md#always-inline).
 /// `LRPE_ALWAYS_INLINE_LAMBDA` is the same for a lambda (after its parameter list).
 #if defined(__GNUC__) || defined(__clang__)
 #define LRPE_ALWAYS_INLINE inline __attribute__((always_inline))

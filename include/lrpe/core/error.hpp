@@ -98,8 +98,8 @@ template <class... Args>
 /**
  * The parts of a message, written out only when a check fails: `lazy_concat("must equal q.cols
  * = ", d)` in place of `concat(...)` as a `require_*` expectation (or value) costs nothing when
- * the check passes, where `concat` formats through a `std::ostringstream` every call (~1 µs, a
- * heap allocation; measurable on per-token paths). Holds references: use it only as an
+ * the check passes, where `concat` formats through a `std::ostringstream` every call (a heap
+ * allocation, which shows on per-token paths). Holds references: use it only as an
  * argument of the call that may throw (the parts live until the end of that expression).
  */
 template <class... Args>

@@ -50,7 +50,7 @@ inline cos_sin cos_sin_of(double x) noexcept {
 /// integer, |m| ≤ 2^63) and a double θ, barring overflow. With FMA hardware (FP_FAST_FMA) one
 /// fma; without it Dekker's two-product (Veltkamp splits, exact while no partial product
 /// over- or underflows: |θ| in [2^-900, 2^900]), because std::fma is then glibc's software
-/// fma, ~150 ns a call; outside that range std::fma all the same.
+/// fma, far slower (bench/results/tuning.md#two-product); outside that range std::fma all the same.
 struct split_product {
   double a, e;
 };

@@ -21,9 +21,9 @@
  * encoders unitary and leaves that factor to the attention scale (multiply the softmax scale by
  * its square).
  *
- * Checked against transformers 5.24's own functions (1262 configurations, 2026-11-25): every
- * inverse frequency, NTK base and attention factor agrees to 1.3e-15 relative (HF, in float32,
- * is itself 1e-7 to 1e-6 away). lrpe takes every value explicitly: HF's defaults for a missing
+ * Checked against transformers' own functions for every scaling type (docs/math.md, the
+ * paragraph on scalings): inverse frequencies, NTK bases and attention factors agree to double
+ * rounding. lrpe takes every value explicitly: HF's defaults for a missing
  * factor, β, L_orig or attention factor are tabled in docs/math.md ("Reading a Hugging Face
  * config"); an explicit `attention_factor` is the caller's own number.
  */

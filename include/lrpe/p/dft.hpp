@@ -42,9 +42,8 @@ class dft {
   using output_type = std::complex<T>;
   static constexpr bool is_complex = true;
   static constexpr bool is_real_orthogonal = false;
-  /// Largest d for which `automatic` uses the dense product. Measured on the dev machine
-  /// (bench/bench_encode.cpp, float, one core): Eigen's FFT is 1.9× faster at d = 16, 7× at
-  /// d = 64 and 24× at d = 128 than the dense product, so only tiny widths stay dense.
+  /// Largest d for which `automatic` uses the dense product: past it Eigen's FFT is faster
+  /// (bench/results/tuning.md#dft-dense-limit), so only tiny widths stay dense.
   static constexpr index_t dense_limit = 8;
 
   /// @throws shape_error if d < 1.

@@ -7,8 +7,8 @@
  */
 #pragma once
 
-#include <lrpe/attention/multihead.hpp>
-#include <lrpe/backend/reference/tag.hpp>
+#include <lrpe/attention/backend_interface.hpp>
+#include <lrpe/core/heads.hpp>
 #include <lrpe/core/error.hpp>
 #include <lrpe/core/view.hpp>
 #include <lrpe/encoder.hpp>
@@ -17,14 +17,6 @@
 
 namespace lrpe {
 inline namespace v0 {
-
-/// Any `lrpe::encoder<P, L>`, presets included.
-template <class E>
-concept lrpe_encoder = requires {
-  typename E::p_type;
-  typename E::lambda_type;
-  typename E::scalar;
-} && std::is_base_of_v<encoder<typename E::p_type, typename E::lambda_type>, E>;
 
 /// `enc.encode(x, pos, out)` on the reference backend.
 template <lrpe_encoder E>

@@ -12,9 +12,9 @@
  */
 #pragma once
 
+#include <lrpe/attention/backend_interface.hpp>
 #include <lrpe/attention/options.hpp>
 #include <lrpe/attention/state.hpp>
-#include <lrpe/backend/reference/tag.hpp>
 #include <lrpe/core/view.hpp>
 
 #include <algorithm>
@@ -23,29 +23,6 @@
 namespace lrpe {
 inline namespace v0 {
 namespace backend {
-
-/// Linear attention on encoded features.
-template <class T>
-struct linear_problem {
-  matrix_view<const T> qf;  ///< n_q × d_f query features
-  matrix_view<const T> kf;  ///< n_k × d_f key features
-  matrix_view<const T> v;   ///< n_k × d_v
-  matrix_view<T> out;       ///< n_q × d_v
-  positions q_positions{};
-  positions k_positions{};
-  bool causal = false;
-  normalisation norm = normalisation::none;
-  double eps = 1e-6;
-  index_t chunk = 64;
-};
-
-/// Primary template: a backend without a linear-attention kernel is a compile error naming it.
-template <class Backend, class T>
-void linear_kernel(Backend, const linear_problem<T>&, linear_attention_state<T>*) {
-  static_assert(detail::always_false<Backend>,
-                "lrpe::linear_attention: this backend has no linear-attention kernel; use "
-                "lrpe::backend::reference or see docs/backends.md");
-}
 
 namespace detail {
 template <class T>

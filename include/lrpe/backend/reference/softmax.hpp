@@ -12,8 +12,8 @@
  */
 #pragma once
 
+#include <lrpe/attention/backend_interface.hpp>
 #include <lrpe/attention/options.hpp>
-#include <lrpe/backend/reference/tag.hpp>
 #include <lrpe/core/traits.hpp>
 #include <lrpe/core/view.hpp>
 
@@ -25,32 +25,6 @@
 namespace lrpe {
 inline namespace v0 {
 namespace backend {
-
-/// Everything the softmax kernel needs besides the encoding-specific callbacks.
-template <class T>
-struct softmax_problem {
-  index_t nq = 0;                 ///< query rows
-  index_t nk = 0;                 ///< key rows
-  matrix_view<const T> v;         ///< nk × dv values
-  matrix_view<T> out;             ///< nq × dv output
-  positions q_positions{};
-  positions k_positions{};
-  bool causal = false;
-  index_t tile = 64;
-};
-
-/// No value term (everything but Shaw's a^V).
-struct no_value_term {};
-
-/**
- * Primary template: a backend without a softmax kernel is a compile error naming it.
- */
-template <class Backend, class T, class Logits, class ValueTerm, class Reweight>
-void softmax_kernel(Backend, const softmax_problem<T>&, const Logits&, const ValueTerm&, const Reweight&) {
-  static_assert(detail::always_false<Backend>,
-                "lrpe::softmax_attention: this backend has no softmax kernel; use "
-                "lrpe::backend::reference or see docs/backends.md");
-}
 
 /**
  * Reference online-softmax kernel.

@@ -33,9 +33,9 @@
  */
 #pragma once
 
-#include <lrpe/attention/multihead.hpp>
+#include <lrpe/attention/backend_interface.hpp>
 #include <lrpe/backend/reference/encode.hpp>
-#include <lrpe/backend/reference/tag.hpp>
+#include <lrpe/core/heads.hpp>
 #include <lrpe/backend/simd/parallel.hpp>
 #include <lrpe/backend/simd/detail/kernels.hpp>
 #include <lrpe/backend/simd/encode_dft.hpp>
@@ -69,8 +69,9 @@ enum class simd_path {
 /// Λ (double tables never step; `direct` also remembers the last row per thread). The features
 /// are the same within float rounding either way (sincos.hpp).
 enum class position_tables {
-  /// cos/sin(j·θ_k) for runs of 64 positions tabulated at construction (~4 µs at 32 angles),
-  /// then one complex product per extra position of a run: for calls of many rows.
+  /// cos/sin(j·θ_k) for runs of 64 positions tabulated at construction, then one complex
+  /// product per extra position of a run: for calls of many rows, which repay building the
+  /// table (bench/results/tuning.md#stepped-tables).
   stepped,
   /// Every position by a vectorised double sincos, nothing built at construction: for calls of
   /// a few rows (a decode step's one row per head).
@@ -307,7 +308,7 @@ class simd_encoder {
 
   /// Table budget (L2-resident) and the most positions per block: long blocks keep each
   /// matrix's rows streaming (a block of 256 rows is 64 KiB of one head at d = 64; blocks of 64
-  /// measured 25 % slower at n = 8192 from the 32 streams restarting every 16 KiB).
+  /// were slower, the 32 streams restarting every 16 KiB: bench/results/tuning.md#encode-max-block).
   static constexpr std::size_t table_bytes = 128 * 1024;
   static constexpr index_t max_block = 256;
   /// Table budget of the FFT path (blocks of 16–64 rows: L1/L2-resident next to the scratch).
@@ -423,9 +424,9 @@ class simd_encoder {
 
   /// P runs as a pass of its own before Λ (a Householder row map's μ, a permutation, a P into
   /// scratch): the rows ahead are prefetched where the kernel's own row loop does not reach
-  /// them (a position's rows of interleaved matrices). Measured on an AVX2 host, BSNH, n = 8192:
-  /// Type 1 4.8–4.9 → 3.9 ms and a permutation P alone 4.3–4.6 → 3.4–3.5 ms with it, while RoPE,
-  /// Type 5 and complex phase ran 6–15 % slower with it.
+  /// them (a position's rows of interleaved matrices). Type 1 and a permutation P alone gain
+  /// from it, while RoPE, Type 5 and complex phase ran slower with it
+  /// (bench/results/tuning.md#encode-p-waits).
   bool p_waits() const noexcept {
     if constexpr (pk_type::is_identity || composes_p) {
       return false;
@@ -470,12 +471,11 @@ class simd_encoder {
 
   /// The first input rows of `count` jobs lie within `tile_span_bytes` of each other (BSNH:
   /// the heads of a position are adjacent). Inputs far apart (BNSH, n·d apart) are read a row
-  /// of each at a time, which on an AVX2 host measured slower than a matrix at a time once the
-  /// data came from DRAM (with pages allocated in order, rows a power of two apart fall in the
-  /// same DRAM banks). Where the outputs are the ones far apart (BSNH in, BNSH out: a
-  /// transposed view of a QKV buffer encoded into new tensors), the streamed tiles measured
-  /// 2.5–3 × faster than a matrix at a time (PermuteFormer n = 8192: 4.1–4.4 against
-  /// 10.9–13.7 ms; Type 4 6.1–6.5 against 6.9–7.7).
+  /// of each at a time, which measured slower than a matrix at a time once the data came from
+  /// DRAM (with pages allocated in order, rows a power of two apart fall in the same DRAM
+  /// banks). Where the outputs are the ones far apart (BSNH in, BNSH out: a transposed view of
+  /// a QKV buffer encoded into new tensors), the streamed tiles are the faster way
+  /// (bench/results/tuning.md#encode-tile-span).
   static bool inputs_close(const backend::simd_detail::job<scalar>* jobs, index_t count) noexcept {
     return within_span(jobs, count, [](const auto& jb) -> const void* { return jb.x.data; });
   }
@@ -497,10 +497,8 @@ class simd_encoder {
   }
 
   /// Positions per block of `by_layout` when a run's inputs are interleaved and its outputs far
-  /// apart (streamed calls). AVX2 host, RoPE Q+K, 8 heads, d = 64, n = 8192, BSNH in and BNSH
-  /// out, two alternating runs: a position at a time 5.84–5.91 ms, blocks of 8 / 16 / 32
-  /// positions 3.14–3.55 / 3.13–3.22 / 2.88–3.18 ms. Cached calls keep a position at a time
-  /// (n = 512: 88–99 µs against 110–117 µs in blocks).
+  /// apart (streamed calls): each job then writes a contiguous run of rows. Cached calls keep a
+  /// position at a time, which is faster there (bench/results/tuning.md#encode-far-output-rows).
   static constexpr index_t far_output_rows = 32;
 
   /// A run of jobs whose inputs are interleaved by rows (`interleaved_run`): `count` jobs,
@@ -548,9 +546,9 @@ class simd_encoder {
    * QKV buffer encoded into new tensors) and the call streams (`streams`: outputs past the
    * cache, written with non-temporal stores), the run goes `far_output_rows` positions at a
    * time instead, job by job, so that each job writes a contiguous run of rows rather than
-   * one row into each of g streams (same-bank DRAM pages, as for the permutation tiles,
-   * docs/measurements.md); the next block's inputs, one contiguous region, are prefetched into
-   * L2 first.
+   * one row into each of g streams (same-bank DRAM pages, as for the permutation tiles:
+   * bench/results/tuning.md#encode-tile-span); the next block's inputs, one contiguous region,
+   * are prefetched into L2 first.
    */
   template <class Entry, class F>
   static void by_layout(const backend::simd_detail::job<scalar>* jobs, index_t count, index_t r0, index_t m,
@@ -818,35 +816,20 @@ class simd_encoder {
 
 // ------------------------------------------------------------------ backend-tagged entry points
 
-/// SIMD encode of one n×d block (see `simd_encoder::encode`).
-template <class Arch, lrpe_encoder E>
-void encode(backend::simd<Arch>, const E& enc, matrix_view<const typename E::scalar> x, positions pos,
+/// SIMD encode of one n×d block (see `simd_encoder::encode`). On a `simd_policy` it runs on the
+/// calling thread and its workspace (an encoder pass is memory-bound; the pool is not used).
+template <backend::simd_backend B, lrpe_encoder E>
+void encode(const B&, const E& enc, matrix_view<const typename E::scalar> x, positions pos,
             matrix_view<typename E::scalar> out) {
-  simd_encoder<E, Arch>(enc).encode(x, pos, out);
+  simd_encoder<E, typename B::arch_type>(enc).encode(x, pos, out);
 }
 
 /// SIMD Q and K of every (batch, head) in one call (see `simd_encoder::encode_qk`).
-template <class Arch, lrpe_encoder E>
-void encode_qk(backend::simd<Arch>, const E& enc, heads_view<const typename E::scalar> q, positions q_pos,
+template <backend::simd_backend B, lrpe_encoder E>
+void encode_qk(const B&, const E& enc, heads_view<const typename E::scalar> q, positions q_pos,
                heads_view<const typename E::scalar> k, positions k_pos, heads_view<typename E::scalar> q_out,
                heads_view<typename E::scalar> k_out) {
-  simd_encoder<E, Arch>(enc).encode_qk(q, q_pos, k, k_pos, q_out, k_out);
-}
-
-/// `encode` on a `simd_policy`: as on `simd<Arch>`, on the calling thread and its workspace (an
-/// encoder pass is memory-bound; the policy's pool and workspace are not used).
-template <class Arch, lrpe_encoder E>
-void encode(backend::simd_policy<Arch>, const E& enc, matrix_view<const typename E::scalar> x, positions pos,
-            matrix_view<typename E::scalar> out) {
-  encode(backend::simd<Arch>{}, enc, x, pos, out);
-}
-
-/// `encode_qk` on a `simd_policy`: as on `simd<Arch>` (see `encode` above).
-template <class Arch, lrpe_encoder E>
-void encode_qk(backend::simd_policy<Arch>, const E& enc, heads_view<const typename E::scalar> q, positions q_pos,
-               heads_view<const typename E::scalar> k, positions k_pos, heads_view<typename E::scalar> q_out,
-               heads_view<typename E::scalar> k_out) {
-  encode_qk(backend::simd<Arch>{}, enc, q, q_pos, k, k_pos, q_out, k_out);
+  simd_encoder<E, typename B::arch_type>(enc).encode_qk(q, q_pos, k, k_pos, q_out, k_out);
 }
 
 }  // namespace v0

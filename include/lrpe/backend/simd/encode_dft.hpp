@@ -16,11 +16,9 @@
  * `max_dim`, take the reference path (docs/backends.md).
  *
  * "Horizontal" at d ∈ {32, 64, 128} (AVX-512 float, phase on every bin): `row_fft` keeps one
- * row's d/2 complex values in d/16 registers and needs no transposes or scratch (measured 1.5×
- * faster than the vertical path at d = 64, n = 8192). At d = 64 and 128 on AVX2 float,
- * `row_fft8<R>` does the same with a 4-step FFT in 2R 8-lane registers (measured 1.3–1.6× faster
- * than the vertical path with AVX transposes at d = 64, n = 8192, 1.15× at n = 512; 1.5× at
- * d = 128, n = 2048).
+ * row's d/2 complex values in d/16 registers and needs no transposes or scratch. At d = 64 and
+ * 128 on AVX2 float, `row_fft8<R>` does the same with a 4-step FFT in 2R 8-lane registers. Both
+ * measured faster than the vertical path (bench/results/tuning.md#dft-row-fft).
  */
 #pragma once
 
@@ -257,8 +255,8 @@ class dft_phase_kernel {
       }
     }
     // Bins to a row-major block (row r: re[d], im[d]): in-register transposes where the arch
-    // has them, else a scalar transpose through L1 (faster than vector scatters, which are
-    // microcoded on AMD Zen 4); then the phase row by row.
+    // has them, else a scalar transpose through L1 (faster than vector scatters, which some
+    // cores microcode: bench/results/tuning.md#dft-scalar-transpose); then the phase row by row.
     T* rows = scratch + 2 * d * lanes;
     if (fast_transpose()) {
       b v[lanes];

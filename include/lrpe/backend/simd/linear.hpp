@@ -25,11 +25,11 @@
  */
 #pragma once
 
-#include <lrpe/attention/linear.hpp>
+#include <lrpe/attention/backend_interface.hpp>
 #include <lrpe/attention/state.hpp>
 #include <lrpe/backend/simd/encode.hpp>
 #include <lrpe/backend/simd/parallel.hpp>
-#include <lrpe/backend/simd/softmax.hpp>
+#include <lrpe/backend/simd/detail/micro_kernels.hpp>
 #include <lrpe/backend/simd/workspace.hpp>
 #include <lrpe/detail/mul_add.hpp>
 
@@ -71,17 +71,14 @@ void gemm_rows(index_t rows, const T* p, index_t prs, index_t pcs, const T* v, i
 
 /// Keys per K̃ᵀV block of `accumulate_keys`. Its micro-kernel sweeps the block once per 6×2W
 /// tile of S: at 64 keys (d = 64 float) the block's V rows and the tile's K̃ lines (20 KiB)
-/// stay in L1 across the sweeps, where 256 keys (64 KiB of V) went to L2 on every one.
-/// AVX2 host, non-causal, 1 thread, five quiet A/B pairs: n = 512 0.92–1.04 → 0.86–0.88 ms,
-/// n = 2048 3.81–4.58 → 3.50–4.26 ms, n = 8192 17.1–19.8 → 16.9–17.2 ms.
+/// stay in L1 across the sweeps, where 256 keys (64 KiB of V) went to L2 on every one
+/// (bench/results/tuning.md#linear-key-block).
 inline constexpr index_t linear_key_block = 64;
 
 /// Output bytes of one (batch, head) problem from which linear attention writes its output
-/// rows with non-temporal stores (`linear_run::streams_output`): past a core's L2 on every host
-/// measured, so the rows would not stay cached for the next operation anyway, and the stores
-/// neither read each line first nor evict the inputs. 8 heads, d = 64: n ≥ 8192. Xeon host,
-/// non-causal n = 8192, six alternating pairs: medians 13.8–15.8 → 11.9–13.3 ms; n = 2048 (below
-/// the threshold) the same either way.
+/// rows with non-temporal stores (`linear_run::streams_output`): past a core's L2, so the rows
+/// would not stay cached for the next operation anyway, and the stores neither read each line
+/// first nor evict the inputs. 8 heads, d = 64: n ≥ 8192 (bench/results/tuning.md#linear-stream-bytes).
 inline constexpr std::size_t linear_stream_bytes = std::size_t{2} << 20;
 
 /// λ^Δ for Δ ≥ 0 (1 without decay), in double as the reference. Δ = 1 (every decode step)
@@ -155,7 +152,8 @@ struct linear_run {
       const T* src = p.v.row(j);
       if (weights == nullptr && dv % W == 0) {
         // whole vectors inline: a chunk of `vector_chunks` packs 16 rows of 256 bytes, where a
-        // memcpy call per row measured 4–5 % of the kernel (V from malloc is 16-byte aligned)
+        // memcpy call per row costs more than the copy (V from malloc is 16-byte aligned;
+        // bench/results/tuning.md#inline-row-copy)
         for (index_t c = 0; c < dv; c += W) B::load_unaligned(src + c).store_aligned(dst + c);
         continue;
       }
@@ -482,13 +480,11 @@ struct linear_run {
     }
   };
 
-  /// Chunks ahead whose Q, K, V and output rows `vector_chunks` prefetches into L2. At n = 4096
-  /// (32 MiB of Q, K, V and out, past L3) the hardware prefetchers alone left ~1.2 µs of a
-  /// ~4.6 µs chunk waiting on first reads; 4 chunks ahead, one row per 4 steps of the Q̃·S loop:
-  /// −13 % (issued in one burst: −2 to −10 %; 1 chunk ahead or into L1: −2 %). A chunk's rows
-  /// of one stream are one 4 KiB page at d = 64, where the hardware streamers stop; prefetching
-  /// the output rows for writing as well took another 3–5 % at n = 2048–8192 (the stores no
-  /// longer wait on reads for ownership), most of what 2 MiB pages gave.
+  /// Chunks ahead whose Q, K, V and output rows `vector_chunks` prefetches into L2, one row per
+  /// 4 steps of the Q̃·S loop. Past L3 the hardware prefetchers alone left each chunk waiting on
+  /// its first reads: a chunk's rows of one stream are one 4 KiB page at d = 64, where the
+  /// hardware streamers stop. The output rows are prefetched for writing, so that the stores do
+  /// not wait on reads for ownership (bench/results/tuning.md#linear-prefetch-chunks).
   static constexpr index_t prefetch_chunks = 4;
 
   /**
@@ -498,11 +494,8 @@ struct linear_run {
    * rows per pass over S (`chunk_recurrent`): o_t = q̃_t·(S + Σ_{j≤t} k̃_j v_jᵀ) formed by
    * adding each row's k̃ v ᵀ to S just before its q̃·S, so the intra-chunk part costs nothing
    * beyond the state's 2·f·d_v FMAs a row, and each S vector loaded and stored feeds 2·rows
-   * FMAs (8 on AVX-512). Xeon host, n = 2048 / 4096, 1 thread, alternating binaries, medians of
-   * 40 / 30 calls: 2.24 / 4.65–4.72 → 1.90–1.91 / 3.86–3.91 ms against the A-form chunks
-   * below; the AVX2 build on the same host (2 rows × 2 vectors) 4.02–4.06 → 3.65–3.87 ms at
-   * n = 2048; 8 rows × 1 vector and 2 rows × 4 vectors ran 25–40 % and 10–15 % slower than
-   * 4 × 2 on AVX-512.
+   * FMAs (8 on AVX-512). Faster than the A-form chunks below, and 4 rows by 2 vectors faster
+   * than 8 by 1 or 2 by 4 on AVX-512 (bench/results/tuning.md#linear-chunk-recurrent).
    *
    * With a decay the keys' weights λ^{t−j} differ per row, and the chunks take the A form: the
    * chunk's keys are one vector, so the intra-chunk part costs W/(2f) of the state part
@@ -515,13 +508,12 @@ struct linear_run {
    *
    * A is formed with the keys as rows (broadcasts from K̃'s own rows) and the fold broadcasts
    * K̃ as well, so that K̃ is never transposed. The products run in `chunk_block` register
-   * blocks. Xeon host, n = 4096 / 8192, 1 thread, alternating binaries, medians of 40 calls:
-   * 4.84–4.99 → 4.55–4.61 ms and 10.2–10.4 → 9.8–9.9 ms (a transpose and most operand loads
-   * fewer; one row by one column vector loaded 17 operands per 16 FMAs).
+   * blocks: a transpose and most operand loads fewer (one row by one column vector loaded 17
+   * operands per 16 FMAs; bench/results/tuning.md#linear-chunk-block).
    *
-   * `options.chunk` does not apply here: C = W measured fastest (n = 4096, f = d_v = 64, one
-   * thread: 8.1 ms against 11.5–12.1 ms for C = 16–64 on the general path). Returns the rows
-   * done (whole chunks); the caller finishes the rest on the general path.
+   * `options.chunk` does not apply here: C = W measured faster than C = 16–64 on the general
+   * path (bench/results/tuning.md#linear-chunk-width). Returns the rows done (whole chunks);
+   * the caller finishes the rest on the general path.
    *
    * `rows(i0, W)` gives the chunk's feature rows (`feature_rows`): the stored features
    * (`stored_rows`), or features computed chunk by chunk from the raw q and k in `p.qf` and
@@ -1110,7 +1102,8 @@ bool vector_feature_map(const Phi& phi, const T* x, T* y, index_t d) {
     const B e(static_cast<T>(phi.eps));
     return run([e](B v) { return xsimd::select(v < B(T(0)), B(T(0)), v) + e; }, phi);
   } else if constexpr (std::is_same_v<Phi, feature_maps::identity>) {
-    // An inline vector copy: a libc memcpy call per (short) row measured 5 % of causal linear attention.
+    // An inline vector copy: a libc memcpy call per (short) row costs more than the copy
+    // (bench/results/tuning.md#inline-row-copy).
     if (x == y) return true;
     return run([](B v) { return v; }, [](T v) { return v; });
   } else {
@@ -1294,8 +1287,9 @@ class fused_features {
  * nothing, for any other case.
  */
 /// Rows whose features `linear_fused` computes at a time: 4 one-vector chunks of float on
-/// AVX-512 (32 KiB of Q̃ and K̃ at d = 64, L2-resident); one chunk at a time measured 5–15 %
-/// slower end to end (the encoder's per-call and per-position-run costs, paid 4 × as often).
+/// AVX-512 (32 KiB of Q̃ and K̃ at d = 64, L2-resident); one chunk at a time was slower end to
+/// end, paying the encoder's per-call and per-position-run costs four times as often
+/// (bench/results/tuning.md#linear-fused-block).
 inline constexpr index_t fused_block = 64;
 
 template <class T, class A, class Encoding, class Phi>
@@ -1346,51 +1340,31 @@ bool linear_fused(const Encoding& encoding, const Phi& phi, const linear_problem
 }  // namespace simd_detail
 
 /// SIMD linear-attention kernel (non-causal, causal by chunks with decay; state as the reference).
-template <class Arch, class T>
-void linear_kernel(simd<Arch> b, const linear_problem<T>& p, linear_attention_state<T>* state) {
-  simd_detail::linear_simd<T, Arch>(p, state, *simd_detail::resolve(b).ws);
-}
-template <class Arch, class T>
-void linear_kernel(const simd_policy<Arch>& b, const linear_problem<T>& p, linear_attention_state<T>* state) {
-  simd_detail::linear_simd<T, Arch>(p, state, *simd_detail::resolve(b).ws);
+template <simd_backend B, class T>
+void linear_kernel(const B& b, const linear_problem<T>& p, linear_attention_state<T>* state) {
+  simd_detail::linear_simd<T, typename B::arch_type>(p, state, *simd_detail::resolve(b).ws);
 }
 
 /// Causal linear attention with the features computed chunk by chunk inside the kernel (see
 /// `simd_detail::linear_fused`); false for the cases it does not cover.
-template <class Arch, class T, class Encoding, class Phi>
-bool linear_fused_kernel(simd<Arch> b, const Encoding& encoding, const Phi& phi, const linear_problem<T>& p,
+template <simd_backend B, class T, class Encoding, class Phi>
+bool linear_fused_kernel(const B& b, const Encoding& encoding, const Phi& phi, const linear_problem<T>& p,
                          linear_attention_state<T>* state) {
-  return simd_detail::linear_fused<T, Arch>(encoding, phi, p, state, *simd_detail::resolve(b).ws);
-}
-template <class Arch, class T, class Encoding, class Phi>
-bool linear_fused_kernel(const simd_policy<Arch>& b, const Encoding& encoding, const Phi& phi,
-                         const linear_problem<T>& p, linear_attention_state<T>* state) {
-  return simd_detail::linear_fused<T, Arch>(encoding, phi, p, state, *simd_detail::resolve(b).ws);
+  return simd_detail::linear_fused<T, typename B::arch_type>(encoding, phi, p, state, *simd_detail::resolve(b).ws);
 }
 
 /// Vectorised feature maps (1+elu, relu, relu+ε, identity), then the encoding's features.
-template <class Arch, class T, class Encoding, class Phi>
-void linear_features_kernel(simd<Arch>, const Encoding& encoding, const Phi& phi, const matrix_view<const T>& x,
+template <simd_backend B, class T, class Encoding, class Phi>
+void linear_features_kernel(const B&, const Encoding& encoding, const Phi& phi, const matrix_view<const T>& x,
                             const positions& pos, canonical::side which, const matrix_view<T>& out) {
-  simd_detail::features<Arch>(encoding, phi, x, pos, which, out);
-}
-template <class Arch, class T, class Encoding, class Phi>
-void linear_features_kernel(const simd_policy<Arch>&, const Encoding& encoding, const Phi& phi,
-                            const matrix_view<const T>& x, const positions& pos, canonical::side which,
-                            const matrix_view<T>& out) {
-  simd_detail::features<Arch>(encoding, phi, x, pos, which, out);
+  simd_detail::features<typename B::arch_type>(encoding, phi, x, pos, which, out);
 }
 
 /// Encoded Q or K for softmax attention: the SIMD encoder for every `lrpe::encoder`.
-template <class Arch, class T, class Encoding>
-void encode_features_kernel(simd<Arch>, const Encoding& encoding, canonical::side which, const matrix_view<const T>& x,
+template <simd_backend B, class T, class Encoding>
+void encode_features_kernel(const B&, const Encoding& encoding, canonical::side which, const matrix_view<const T>& x,
                             const positions& pos, const matrix_view<T>& out) {
-  simd_detail::features<Arch>(encoding, feature_maps::identity{}, x, pos, which, out);
-}
-template <class Arch, class T, class Encoding>
-void encode_features_kernel(const simd_policy<Arch>&, const Encoding& encoding, canonical::side which,
-                            const matrix_view<const T>& x, const positions& pos, const matrix_view<T>& out) {
-  simd_detail::features<Arch>(encoding, feature_maps::identity{}, x, pos, which, out);
+  simd_detail::features<typename B::arch_type>(encoding, feature_maps::identity{}, x, pos, which, out);
 }
 
 }  // namespace backend

@@ -53,10 +53,9 @@ class simd_threads {
  public:
   /**
    * How long a worker (and the calling thread, waiting for the workers at the end of a call)
-   * spins before it sleeps on a condition variable. Waking a sleeping thread costs tens to
-   * hundreds of µs on a VM, which on 2 threads left linear attention at n = 2048 (1.5 ms a call,
-   * 8 heads) 1.4–1.7 × faster than one thread: the caller takes the heads while the worker
-   * wakes. 0: sleep at once.
+   * spins before it sleeps on a condition variable. Waking a sleeping thread can take a good
+   * part of a short call, which the caller then spends taking the heads alone while the worker
+   * wakes (bench/results/tuning.md#thread-spin). 0: sleep at once.
    */
   static constexpr std::chrono::microseconds default_spin{200};
 

@@ -175,7 +175,8 @@ class cos_sin_rows {
 
   /// `stepped` = false skips the step table (`fill_run` then evaluates every row like `fill`)
   /// and remembers the last row per thread (`angle_cos_sin_memo`): for encoders that see a few
-  /// rows per call, where building it (~4 µs at 32 angles) costs more than the sincos it saves.
+  /// rows per call, where building it costs more than the sincos it saves
+  /// (bench/results/tuning.md#stepped-tables).
   cos_sin_rows(const double* theta, index_t count, bool stepped = true)
       : theta_(theta), count_(count), memo_(!stepped) {
     if constexpr (std::is_same_v<T, float>) {

@@ -33,7 +33,10 @@
  */
 #pragma once
 
-#include <lrpe/attention/softmax.hpp>
+#include <lrpe/attention/backend_interface.hpp>
+#include <lrpe/backend/reference/softmax.hpp>
+#include <lrpe/backend/simd/detail/exp2.hpp>
+#include <lrpe/backend/simd/detail/micro_kernels.hpp>
 #include <lrpe/backend/simd/detail/prefetch.hpp>
 #include <lrpe/backend/simd/parallel.hpp>
 #include <lrpe/backend/simd/tag.hpp>
@@ -56,227 +59,6 @@ inline namespace v0 {
 namespace backend {
 namespace simd_detail {
 
-template <class A>
-inline constexpr bool wide_register_file = std::is_base_of_v<xsimd::avx512f, A>;
-
-/// Tile sizes of the softmax kernel for scalar T on arch A.
-template <class T, class A>
-struct softmax_tiling {
-  static constexpr index_t W = static_cast<index_t>(xsimd::batch<T, A>::size);  ///< lanes
-  /// Key vectors per tile. 16 registers: 8, so that a tile has 64 float keys as with AVX-512 and
-  /// the per-tile costs (α·O in every P·V call, the softmax step's reductions) are spread over
-  /// twice the keys of 4 vectors: AVX2 host, two alternating A/B pairs, n = 2048 / 4096, one
-  /// thread: non-causal 110 / 435–436 → 106–107 / 424–426 ms, causal 56.5–57.4 / 221–223 →
-  /// 55.1–55.2 / 215–217 ms. (4 rows × 3 vectors instead of 6 × 2 ran 33 % slower; 72 query
-  /// rows per tile instead of 48, the same.)
-  static constexpr index_t U = wide_register_file<A> ? 4 : 8;
-  static constexpr index_t BK = U * W;                                        ///< keys per tile
-  static constexpr index_t R = 6;                                             ///< rows per micro-kernel
-  static constexpr index_t BQ = R * 8;                                        ///< query rows per tile
-  /// Vectors per row of one micro-kernel call: R·UM accumulators, UM operand vectors and a
-  /// broadcast in registers (27 of 32 with AVX-512, 15 of 16 with AVX2 or SSE); a tile's U
-  /// vectors then take U / UM calls.
-  static constexpr index_t UM = wide_register_file<A> ? 4 : 2;
-};
-
-/// Full unrolling of the micro-kernels' fixed-size loops (keeps the accumulators in registers).
-#if defined(__clang__)
-#define LRPE_UNROLL _Pragma("clang loop unroll(full)")
-#elif defined(__GNUC__)
-#define LRPE_UNROLL _Pragma("GCC unroll 16")
-#else
-#define LRPE_UNROLL
-#endif
-
-inline constexpr index_t round_up(index_t x, index_t m) noexcept { return (x + m - 1) / m * m; }
-
-/**
- * 2^x for x ≤ 0 (softmax exponents): round-to-nearest split x = n + f, |f| ≤ 1/2, a polynomial
- * of 2^f, and 2^n from the exponent bits. Float: a degree-5 minimax polynomial (relative
- * error ≤ 1.73·10⁻⁷ for x ≥ −126, measured on every float), double: the degree-11 Taylor
- * polynomial (< 10⁻¹⁴). x is first clamped to −127 (double: −1023), where the exponent bits of
- * 2^n are all zero: exactly 0 for x < −126.5 (−1022.5), −∞ included, with no compare or
- * select after the clamp; subnormal (≤ 2⁻¹²⁶) in between. NaN gives NaN.
- */
-template <class T, class A>
-inline xsimd::batch<T, A> exp2_nonpositive(xsimd::batch<T, A> x) noexcept {
-  using B = xsimd::batch<T, A>;
-  using I = xsimd::as_integer_t<T>;
-  constexpr bool is_float = std::is_same_v<T, float>;
-  const B lo(is_float ? T(-127) : T(-1023));
-  x = xsimd::select(x < lo, lo, x);  // a NaN x stays NaN (and so does the result)
-  const B n = xsimd::nearbyint(x);
-  const B f = x - n;
-  B p;
-  if constexpr (is_float) {
-    // minimax for relative error on [−1/2, 1/2] with p(0) = 1
-    p = B(T(1.3264714507386088e-3));
-    p = compat::fma(p, f, B(T(9.671508334577084e-3)));
-    p = compat::fma(p, f, B(T(5.550733581185341e-2)));
-    p = compat::fma(p, f, B(T(2.4022242426872253e-1)));
-    p = compat::fma(p, f, B(T(6.931470036506653e-1)));
-    p = compat::fma(p, f, B(T(1)));
-  } else {
-    // Taylor coefficients ln2^k / k!, k = 11 … 1
-    constexpr T c[] = {T(4.44553827187081162e-10), T(7.05491162080112336e-09), T(1.01780860092396999e-07),
-                       T(1.32154867901443095e-06), T(1.52527338040598411e-05), T(1.54035303933816088e-04),
-                       T(1.33335581464284433e-03), T(9.61812910762847688e-03), T(5.55041086648215831e-02),
-                       T(2.40226506959100722e-01), T(0.693147180559945309417232121458176568)};
-    p = B(c[0]);
-    for (int k = 1; k < 11; ++k) p = compat::fma(p, f, B(c[k]));
-    p = compat::fma(p, f, B(T(1)));
-  }
-  constexpr int mantissa = is_float ? 23 : 52;
-  constexpr I bias = is_float ? I(127) : I(1023);
-  // a NaN lane's exponent from n = 0 (converting NaN to an integer is undefined; f, hence p,
-  // is NaN there already)
-  const auto ni = xsimd::to_int(xsimd::select(n == n, n, B(T(0))));
-  return p * xsimd::bitwise_cast<B>((ni + bias) << mantissa);  // n = −127 (−1023): 2^n reads as +0
-}
-
-/**
- * S[r][0:U·W) = Σ_c q[r][c] · kp[c][0:U·W) for r < R: q row-major (stride qs), kp a packed
- * key tile (d rows of BK keys, aligned), S row-major (stride ss, aligned). U < the tile's
- * vector count computes only the first U·W keys (a causal prefix).
- */
-template <index_t R, class T, class A, index_t U = softmax_tiling<T, A>::U>
-inline void qk_micro(const T* q, index_t qs, const T* kp, index_t d, T* s, index_t ss) noexcept {
-  using B = xsimd::batch<T, A>;
-  constexpr index_t W = B::size, BK = softmax_tiling<T, A>::BK;
-  static_assert(U >= 1 && U <= softmax_tiling<T, A>::U);
-  B acc[R][U];
-  LRPE_UNROLL
-  for (index_t r = 0; r < R; ++r)
-    LRPE_UNROLL
-    for (index_t u = 0; u < U; ++u) acc[r][u] = B(T(0));
-  // the d loop unrolled by 4, as the key loop of pv_micro (measured there); softmax unchanged,
-  // linear attention 5-10 % faster
-#pragma GCC unroll 4
-  for (index_t c = 0; c < d; ++c) {
-    B k[U];
-    LRPE_UNROLL
-    for (index_t u = 0; u < U; ++u) k[u] = B::load_aligned(kp + c * BK + u * W);
-    LRPE_UNROLL
-    for (index_t r = 0; r < R; ++r) {
-      const B qb(q[r * qs + c]);
-      LRPE_UNROLL
-      for (index_t u = 0; u < U; ++u) acc[r][u] = compat::fma(qb, k[u], acc[r][u]);
-    }
-  }
-  LRPE_UNROLL
-  for (index_t r = 0; r < R; ++r)
-    LRPE_UNROLL
-    for (index_t u = 0; u < U; ++u) acc[r][u].store_aligned(s + r * ss + u * W);
-}
-
-/// `qk_micro` over the first `keys` keys of the tile only (rounded up to whole vectors; 0 < keys ≤ BK),
-/// at most UM vectors per call.
-template <index_t R, class T, class A>
-inline void qk_micro_prefix(index_t keys, const T* q, index_t qs, const T* kp, index_t d, T* s, index_t ss) noexcept {
-  using tl = softmax_tiling<T, A>;
-  constexpr index_t W = tl::W, UM = tl::UM;
-  static_assert(tl::U % UM == 0 && (UM == 4 || UM == 2));
-  const index_t vectors = (keys + W - 1) / W;
-  index_t v = 0;
-  for (; v + UM <= vectors; v += UM) qk_micro<R, T, A, UM>(q, qs, kp + v * W, d, s + v * W, ss);
-  switch (vectors - v) {
-    case 3: qk_micro<R, T, A, 3>(q, qs, kp + v * W, d, s + v * W, ss); break;
-    case 2: qk_micro<R, T, A, 2>(q, qs, kp + v * W, d, s + v * W, ss); break;
-    case 1: qk_micro<R, T, A, 1>(q, qs, kp + v * W, d, s + v * W, ss); break;
-    default: break;
-  }
-}
-
-/**
- * o[r][0:VU·W) = α[r]·o[r] + Σ_{j<nk} p(r, j) · v[j][0:VU·W) for r < R, with p(r, j) =
- * p[r·prs + j·pcs] (o stride os, v stride vs; o and v aligned). The one GEMM-like micro-kernel
- * of both attention kernels: P·V (softmax), Q·S, Kᵀ·V and A·V (linear attention).
- * SkipZero leaves out every product of a zero p (its FMA would only add ±0): the softmax tiles
- * whose values hold a NaN or ±∞, where 0·NaN and 0·∞ would reach rows that weigh them 0.
- */
-template <index_t R, index_t VU, class T, class A, bool SkipZero = false>
-inline void pv_micro(const T* p, index_t prs, index_t pcs, const T* alpha, const T* v, index_t vs, index_t nk, T* o,
-                     index_t os) noexcept {
-  using B = xsimd::batch<T, A>;
-  constexpr index_t W = B::size;
-  B acc[R][VU];
-  LRPE_UNROLL
-  for (index_t r = 0; r < R; ++r) {
-    const B a(alpha[r]);
-    LRPE_UNROLL
-    for (index_t u = 0; u < VU; ++u) acc[r][u] = a * B::load_aligned(o + r * os + u * W);
-  }
-  // unrolled by 4: AVX2 host, two alternating A/B pairs, 1 thread, non-causal linear attention
-  // n = 512 0.855-0.866 -> 0.813 ms, n = 8192 16.0-16.6 -> 14.4-14.6 ms; softmax unchanged
-#pragma GCC unroll 4
-  for (index_t j = 0; j < nk; ++j) {
-    B vb[VU];
-    LRPE_UNROLL
-    for (index_t u = 0; u < VU; ++u) vb[u] = B::load_aligned(v + j * vs + u * W);
-    const T* pj = p + j * pcs;
-    LRPE_UNROLL
-    for (index_t r = 0; r < R; ++r) {
-      if constexpr (SkipZero) {
-        if (pj[r * prs] == T(0)) continue;
-      }
-      const B pb(pj[r * prs]);
-      LRPE_UNROLL
-      for (index_t u = 0; u < VU; ++u) acc[r][u] = compat::fma(pb, vb[u], acc[r][u]);
-    }
-  }
-  LRPE_UNROLL
-  for (index_t r = 0; r < R; ++r)
-    LRPE_UNROLL
-    for (index_t u = 0; u < VU; ++u) acc[r][u].store_aligned(o + r * os + u * W);
-}
-
-/// The R-row block of O = α·O + P·V over all value columns (chunks of UM vectors, then the rest).
-template <index_t R, class T, class A, bool SkipZero = false>
-inline void pv_rows(const T* p, index_t prs, index_t pcs, const T* alpha, const T* v, index_t dvp, index_t nk,
-                    T* o) noexcept {
-  constexpr index_t W = xsimd::batch<T, A>::size, UM = softmax_tiling<T, A>::UM;
-  index_t c = 0;
-  for (; c + UM * W <= dvp; c += UM * W)
-    pv_micro<R, UM, T, A, SkipZero>(p, prs, pcs, alpha, v + c, dvp, nk, o + c, dvp);
-  switch ((dvp - c) / W) {
-    case 3: pv_micro<R, 3, T, A, SkipZero>(p, prs, pcs, alpha, v + c, dvp, nk, o + c, dvp); break;
-    case 2: pv_micro<R, 2, T, A, SkipZero>(p, prs, pcs, alpha, v + c, dvp, nk, o + c, dvp); break;
-    case 1: pv_micro<R, 1, T, A, SkipZero>(p, prs, pcs, alpha, v + c, dvp, nk, o + c, dvp); break;
-    default: break;
-  }
-}
-
-/// Keys k0, k0 + 1, … (bk of them) visible to a query at position s (t ≤ s): a prefix length in
-/// [0, bk], computed without overflow for any positions.
-inline index_t visible_prefix(position_t s, position_t k0, index_t bk) noexcept {
-  if (s < k0) return 0;
-  const std::uint64_t gap = static_cast<std::uint64_t>(s) - static_cast<std::uint64_t>(k0);  // exact: s ≥ k0
-  return gap >= static_cast<std::uint64_t>(bk) ? bk : static_cast<index_t>(gap) + 1;
-}
-
-/**
- * Whether x[0, count) holds no NaN or ±∞: x·0 is ±0 for finite x and NaN otherwise, summed by
- * FMAs (two chains), one test at the end.
- */
-template <class T, class A>
-inline bool all_finite(const T* x, index_t count) noexcept {
-  using B = xsimd::batch<T, A>;
-  constexpr index_t W = B::size;
-  B acc(T(0)), acc2(T(0));
-  index_t i = 0;
-  for (; i + 2 * W <= count; i += 2 * W) {
-    acc = compat::fma(B::load_unaligned(x + i), B(T(0)), acc);
-    acc2 = compat::fma(B::load_unaligned(x + i + W), B(T(0)), acc2);
-  }
-  if (i + W <= count) {
-    acc = compat::fma(B::load_unaligned(x + i), B(T(0)), acc);
-    i += W;
-  }
-  T rest = compat::reduce_add(acc + acc2);
-  for (; i < count; ++i) rest += x[i] * T(0);
-  return !std::isnan(rest);
-}
-
 /// No additive bias (plain content logits).
 struct no_bias {};
 
@@ -293,15 +75,9 @@ struct softmax_shared {
 /**
  * From this many bytes of packed K and V on, a query tile prefetches the next key tile's K and V
  * into L2 while it computes S for the current one, one slice per row group. With K and V past
- * the last-level cache share (n = 16384 at d = 64: 8 MiB per head) the kernel otherwise waited
- * on them: AVX2 host with a busy neighbour, one head, non-causal, 0.51–0.59 of the FMA anchor
- * against 0.72–0.79 at n = 4096–8192; with the slices each of eight A/B pairs was faster, best
- * times by 10–25 %, medians by 8–18 %. On the same host without its neighbour, and with the key
- * tiles of 64 keys, the slices cost time below that: 8 heads, two alternating A/B pairs of a
- * 1 MiB and this threshold, n = 2048 / 4096 / 8192 (1–4 MiB per head) non-causal 110 / 437–438
- * / 1725–1745 → 104 / 413–414 / 1645–1649 ms, causal 57 / 222–224 / 873–878 → 54 / 211 /
- * 830–832 ms; at n = 16384 they still cost ~1 % there (6924–6930 ms without, 6990–7008 with),
- * but that is where the busy host needed them.
+ * the last-level cache share (n = 16384 at d = 64: 8 MiB per head) the kernel otherwise waits
+ * on them, above all when another process shares that cache; below it, with K and V in cache,
+ * the slices only cost time (bench/results/tuning.md#softmax-tile-prefetch).
  */
 inline constexpr std::size_t softmax_tile_prefetch_bytes = std::size_t(1) << 23;
 
@@ -528,9 +304,8 @@ inline constexpr index_t softmax_direct_max_rows = 8;
  * reads hold at least this many bytes of K and V (past a core's L2). A decode step over a KV
  * cache streams them from L3 or DRAM, and V, read in column passes of VU vectors over the
  * block's rows, is what the hardware prefetchers followed badly (K, read W rows at a time, they
- * follow): 8 heads, n = 16384 (64 MiB), AVX2 host, 6.5–6.7 → 5.0–5.4 ms, the core's read
- * bandwidth; prefetching K as well gained nothing more. Below the threshold the instructions
- * only cost (K and V in L2, or in L3 between calls: ~15 % at n = 2048, 8 heads, with K's).
+ * follow); prefetching K as well gained nothing. Below the threshold (K and V in L2, or in L3
+ * between calls) the instructions only cost time (bench/results/tuning.md#softmax-direct-prefetch).
  */
 inline constexpr std::size_t softmax_direct_prefetch_bytes = std::size_t(1) << 20;
 
@@ -649,9 +424,8 @@ void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>
       alpha[r] = a;
     }
     // O = α·O + P V: VU column vectors of NR rows in registers, each V row loaded once per NR
-    // rows. With 16 vector registers NR ≤ 2: 4 rows' 16 accumulators and the 4 V vectors did
-    // not fit, and GCC kept accumulators on the stack (AVX2 host, K/V in L2, 4 rows over 512
-    // keys, side harness: 11.5–11.8 → 11.0–11.1 µs).
+    // rows. With 16 vector registers NR ≤ 2: 4 rows' 16 accumulators and the 4 V vectors do
+    // not fit, and GCC kept accumulators on the stack (bench/results/tuning.md#softmax-direct-rows).
     // SkipZero: leave out the products of zero weights (the block's values hold a NaN or ±∞)
     const auto pv_rows = [&]<index_t NR, bool SkipZero>(std::integral_constant<index_t, NR>,
                                                         std::bool_constant<SkipZero>,
@@ -829,45 +603,26 @@ void acquire_features(const Backend& b, feature_scratch<T>& s, index_t nq, index
 }  // namespace simd_detail
 
 /// SIMD softmax kernel: content logits (no encoding, or encoded features of a linearizable one).
-template <class Arch, class T>
-void softmax_kernel(simd<Arch> b, const softmax_problem<T>& p, const dot_logits<T>& l, const no_value_term&,
+template <simd_backend B, class T>
+void softmax_kernel(const B& b, const softmax_problem<T>& p, const dot_logits<T>& l, const no_value_term&,
                     const no_reweighting&) {
-  simd_detail::softmax_dispatch(b, p, l);
-}
-template <class Arch, class T>
-void softmax_kernel(const simd_policy<Arch>& b, const softmax_problem<T>& p, const dot_logits<T>& l,
-                    const no_value_term&, const no_reweighting&) {
   simd_detail::softmax_dispatch(b, p, l);
 }
 /// SIMD softmax kernel: content logits plus an additive bias (ALiBi, T5, Toeplitz tables).
-template <class Arch, class T, class E>
-void softmax_kernel(simd<Arch> b, const softmax_problem<T>& p, const biased_logits<T, E>& l, const no_value_term&,
+template <simd_backend B, class T, class E>
+void softmax_kernel(const B& b, const softmax_problem<T>& p, const biased_logits<T, E>& l, const no_value_term&,
                     const no_reweighting&) {
   simd_detail::softmax_dispatch(b, p, l);
 }
-template <class Arch, class T, class E>
-void softmax_kernel(const simd_policy<Arch>& b, const softmax_problem<T>& p, const biased_logits<T, E>& l,
-                    const no_value_term&, const no_reweighting&) {
-  simd_detail::softmax_dispatch(b, p, l);
-}
 /// Everything else (value terms, URPE reweighting, per-pair scores): the reference kernel.
-template <class Arch, class T, class Logits, class ValueTerm, class Reweight>
-void softmax_kernel(simd<Arch>, const softmax_problem<T>& p, const Logits& l, const ValueTerm& v, const Reweight& c) {
-  softmax_kernel(reference{}, p, l, v, c);
-}
-template <class Arch, class T, class Logits, class ValueTerm, class Reweight>
-void softmax_kernel(const simd_policy<Arch>&, const softmax_problem<T>& p, const Logits& l, const ValueTerm& v,
-                    const Reweight& c) {
+template <simd_backend B, class T, class Logits, class ValueTerm, class Reweight>
+void softmax_kernel(const B&, const softmax_problem<T>& p, const Logits& l, const ValueTerm& v, const Reweight& c) {
   softmax_kernel(reference{}, p, l, v, c);
 }
 
 /// Encoded Q and K of linearizable encodings live in the (reused) workspace.
-template <class Arch, class T>
-void acquire_feature_scratch(const simd<Arch>& b, feature_scratch<T>& s, index_t nq, index_t nk, index_t f) {
-  simd_detail::acquire_features(b, s, nq, nk, f);
-}
-template <class Arch, class T>
-void acquire_feature_scratch(const simd_policy<Arch>& b, feature_scratch<T>& s, index_t nq, index_t nk, index_t f) {
+template <simd_backend B, class T>
+void acquire_feature_scratch(const B& b, feature_scratch<T>& s, index_t nq, index_t nk, index_t f) {
   simd_detail::acquire_features(b, s, nq, nk, f);
 }
 

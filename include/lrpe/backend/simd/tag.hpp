@@ -17,7 +17,6 @@
 #error "lrpe/backend/simd/*.hpp needs the lrpe::simd CMake target (target_link_libraries(<t> PRIVATE lrpe::simd)), which defines LRPE_HAS_SIMD and finds xsimd."
 #endif
 
-#include <lrpe/backend/reference/tag.hpp>
 #include <lrpe/core/config.hpp>
 
 #include <type_traits>
@@ -43,6 +42,10 @@ template <class>
 inline constexpr bool is_simd_backend_v = false;
 template <class Arch>
 inline constexpr bool is_simd_backend_v<simd<Arch>> = true;
+
+/// A SIMD backend tag: each SIMD hook is written once for both tags, on this concept.
+template <class B>
+concept simd_backend = is_simd_backend_v<B>;
 
 }  // namespace backend
 }  // namespace v0

@@ -2,8 +2,9 @@
 /**
  * @file workspace.hpp
  * `backend::simd_workspace`: the scratch memory of the SIMD attention kernels, reused across
- * calls so that a kernel in steady state allocates nothing (and touches no fresh page: on a
- * VM the first touch of a 4 KiB page costs ~10 µs, more than a whole n = 512 head).
+ * calls so that a kernel in steady state allocates nothing (and touches no fresh page: the
+ * first touch of a page can cost more than a whole short head;
+ * bench/results/tuning.md#workspace-first-touch).
  *
  * A workspace is a fixed set of named slots (packed K, packed V, encoded Q/K features, tiles,
  * the linear-attention state ...). Each slot is a 64-byte aligned buffer that only grows: the

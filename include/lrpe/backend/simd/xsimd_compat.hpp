@@ -28,10 +28,10 @@
  * reduction each).
  *
  * Gather/scatter: xsimd 8.1's overload resolution picks its generic lane-by-lane gather (one
- * insert per lane, measured 10× slower than `vgatherdps`) even on AVX-512, so on xsimd < 9 and
- * x86 the compat versions call the AVX-512 / AVX2 intrinsics directly, and fall back to a
- * scalar loop through the stack elsewhere (which is what the generic code does, minus the
- * per-lane masks).
+ * insert per lane, far slower than `vgatherdps`: bench/results/tuning.md#xsimd-gather) even on
+ * AVX-512, so on xsimd < 9 and x86 the compat versions call the AVX-512 / AVX2 intrinsics
+ * directly, and fall back to a scalar loop through the stack elsewhere (which is what the
+ * generic code does, minus the per-lane masks).
  *
  * `reduce_max`/`reduce_min` here are written by a store to the stack and a scalar loop: they
  * are for one-off reductions, never an inner loop (batches of rows use `haddp`/`hmaxp`), so a

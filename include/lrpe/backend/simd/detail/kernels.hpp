@@ -113,9 +113,8 @@ struct identity_map {
 
 /// Rows ahead of the one being mapped whose input is prefetched: a row's Λ waits for its μ (a
 /// dot product over the whole row), so fewer loads are in flight than for P = I and the
-/// hardware prefetchers alone left Householder·rotation memory-latency-bound (n = 8192, 16
-/// heads: 1.5× RoPE without, 1.2–1.35× with 32 rows = 8 KiB at d = 64 float; 16 and 48 were
-/// no better).
+/// hardware prefetchers alone left Householder·rotation memory-latency-bound. 32 rows = 8 KiB
+/// at d = 64 float (bench/results/tuning.md#mapped-prefetch-rows).
 inline constexpr index_t mapped_prefetch_rows = 32;
 
 /// f(r, state of row r) for the m rows of x (d features, rows xs apart), states computed a
@@ -150,9 +149,9 @@ LRPE_ALWAYS_INLINE void map_copy(const Map& map, const typename Map::row_state& 
  * AVX-512 with d ≤ 8 vectors (128 float / 64 double): the row is held in registers and every
  * output vector is a two-source lane permute (`vpermt2ps`/`pd`) per pair of input vectors,
  * merged by a mask on the index's range — 2 permutes and a blend per output vector at d = 64
- * float, against 16 element loads for a `vgatherdps` (measured 2–3× slower). Elsewhere (and for
- * wider rows) vector gathers. Stream: full output vectors are stored non-temporally (y aligned
- * to the vector).
+ * float, against 16 element loads for a `vgatherdps`, which measured slower
+ * (bench/results/tuning.md#avx512-register-permute). Elsewhere (and for wider rows) vector
+ * gathers. Stream: full output vectors are stored non-temporally (y aligned to the vector).
  */
 #if defined(__AVX512F__)
 template <class T>
@@ -223,7 +222,7 @@ LRPE_ALWAYS_INLINE void permute_row_registers(const T* x, const index_of_t<T>* i
   constexpr index_t L = ops::lanes;
   typename ops::reg v[2 * Pairs];
   // Fully unrolled, or v[] lives on the stack (GCC stops unrolling this loop once the row map
-  // makes its body longer: measured 1.5× slower).
+  // makes its body longer), which measured slower (bench/results/tuning.md#permute-registers-unroll).
 #pragma GCC unroll 8
   for (int i = 0; i < 2 * Pairs; ++i) {
     const index_t left = d - i * L;
@@ -257,11 +256,12 @@ void reflect_permute_rows(const T* v, const index_of_t<T>* table, index_t tw, co
 #pragma GCC unroll 8
   for (int k = 0; k < K; ++k) vv[k] = ops::load(v + k * L, L);
   // Groups of L rows: their μ by one parallel horizontal add (`compat::haddp`, ~2 shuffles per
-  // row next to the permute's 8; measured ~8 % faster in L2 than a horizontal sum per row); x
-  // is read twice, the second time from L1. The last group of cnt < L rows takes the same sum
-  // order, its missing rows zero, so that a row's μ (and output) does not depend on how many
-  // rows its call has: a BSNH run of H heads at one position and a BNSH head of n rows give the
-  // same bits (a horizontal sum per leftover row did not: test_simd_encode, AVX-512 only).
+  // row next to the permute's 8; faster than a horizontal sum per row:
+  // bench/results/tuning.md#reflect-permute-haddp); x is read twice, the second time from L1.
+  // The last group of cnt < L rows takes the same sum order, its missing rows zero, so that a
+  // row's μ (and output) does not depend on how many rows its call has: a BSNH run of H heads
+  // at one position and a BNSH head of n rows give the same bits (a horizontal sum per leftover
+  // row did not: test_simd_encode, AVX-512 only).
   using bt = xsimd::batch<T, Arch>;
   const auto group = [&](index_t r, index_t cnt) LRPE_ALWAYS_INLINE_LAMBDA {
     bt acc[L];
@@ -331,10 +331,9 @@ LRPE_ALWAYS_INLINE void permute_row(const T* x, const index_of_t<T>* idx, T* y, 
   index_t j = 0;
 #if defined(__AVX2__)
   if constexpr (std::is_base_of_v<xsimd::avx2, Arch>) {
-    // AVX2: w scalar loads inserted into a vector. vgatherdps measured slower on an AMD Zen 3
-    // host (d = 64 float, 24 rows prefetched: 24 vs 30 ns a row in L1, 30 vs 37 ns streaming
-    // from DRAM with non-temporal stores), and Intel's Gather Data Sampling microcode slows
-    // gathers on the cores it covers.
+    // AVX2: w scalar loads inserted into a vector. vgatherdps measured slower, in L1 and
+    // streaming from DRAM (bench/results/tuning.md#avx2-permute-inserts), and Intel's Gather Data
+    // Sampling microcode slows gathers on the cores it covers.
     for (; j + w <= d; j += w) {
       const index_of_t<T>* i = idx + j;
       if constexpr (std::is_same_v<T, float>) {
@@ -416,13 +415,11 @@ LRPE_ALWAYS_INLINE void lookup_bytes(const std::uint8_t* lut, [[maybe_unused]] i
  * rows that run a matrix at a time. 8 indices are read as one 64-bit word and taken apart by
  * shifts; each element is one scalar load and one scalar store. Streamed (BNSH from DRAM), the
  * elements go through general-purpose registers into a row staged on the stack, which is then
- * stored by whole vectors, non-temporally: from DRAM 3.2–3.5 ms for 16 × 8192 rows at d = 64
- * float against 3.5–3.8 for `permute_row`'s inserts (a side harness; their shuffles share two
- * ports, and the byte table is 16 KiB in L1 where the int32 one is 64 KiB in L2). Cached, the
- * elements are stored straight into y (19.8 ns a row in L1, against 20.1 for the inserts and
- * 22.4 staged: the vector reload of a staged row waits for its 8 scalar stores). The stores
- * are volatile: otherwise GCC turns the scalar moves back into vectors built by inserts or
- * gathers.
+ * stored by whole vectors, non-temporally: faster from DRAM than `permute_row`'s inserts (their
+ * shuffles share two ports, and the byte table is 16 KiB in L1 where the int32 one is 64 KiB in
+ * L2). Cached, the elements are stored straight into y (the vector reload of a staged row waits
+ * for its 8 scalar stores; bench/results/tuning.md#permute-row-bytes). The stores are volatile:
+ * otherwise GCC turns the scalar moves back into vectors built by inserts or gathers.
  */
 template <bool Stream, class Arch, class T>
 LRPE_ALWAYS_INLINE void permute_row_bytes(const T* x, const std::uint8_t* idx, T* y, index_t d) noexcept {
@@ -679,7 +676,7 @@ struct p_kernel<Arch, p::householder<T>> {
 
 /// Rows ahead whose input a P kernel's row loop prefetches (a permutation P alone here, a
 /// dense or DCT P into the fused chain's scratch in encode.hpp): 24 rows = 6 KiB at d = 64
-/// float measured ~10 % faster than 8 when that path also ran Householder chains.
+/// float, chosen over 8 while that path also ran Householder chains (bench/results/tuning.md#p-prefetch-rows).
 inline constexpr index_t p_prefetch_rows = 24;
 
 /// y[j] = x[π(j)] by `permute_row` (p::permutation and p::odd_even); `apply_rows`, P alone,
@@ -832,7 +829,7 @@ LRPE_ALWAYS_INLINE void interleave_avx2(const xsimd::batch<T, Arch>& a, const xs
 #if defined(__AVX2__)
 /// x, kept in a register: without the empty asm GCC folds the load of x into both the pair
 /// swap and the FMA that read it, two loads per vector where the load ports are the
-/// rotation's limit (AVX2 host: RoPE rows in L1 ~9 % faster with one).
+/// rotation's limit (bench/results/tuning.md#rotation-one-load).
 LRPE_ALWAYS_INLINE __m256 one_load(__m256 x) noexcept {
   asm("" : "+x"(x));
   return x;
@@ -991,8 +988,8 @@ struct l_kernel<Arch, lambda::rotation<T>> {
    * Λ(x − 2(v·x)v) for interleaved rotation of every feature, d = 16·K float (AVX-512), with the
    * whole row in registers: v is loaded once into K registers for all m rows; each row is
    * loaded once, its μ = −2 v·x is one horizontal sum, and x + μv feeds the rotation without
-   * leaving registers (no second read of x, no reload of v). Measured 1.05–1.15 × RoPE in L2
-   * against 1.4–1.5 × for the generic row map (which reloads x and v per vector).
+   * leaving registers: no second read of x and no reload of v, where the generic row map
+   * reloads both per vector (bench/results/tuning.md#reflect-rotate-rows).
    */
   template <int K, bool Stream>
   void reflect_rotate_rows(const T* v, const entry* table, index_t tw, const T* x, index_t xs, T* y, index_t ys,
@@ -1387,7 +1384,7 @@ struct l_kernel<Arch, lambda::permutation_power<T>> {
       auto src = static_cast<index_t>(s % static_cast<position_t>(len));
       if (src < 0) src += len;
       // row[cyc[p]] = cyc[(p + src) mod len] as two straight runs: a wrap test per element
-      // mispredicts at a position-dependent point (measured: ~20 % of Type 4 at n = 512).
+      // mispredicts at a position-dependent point (bench/results/tuning.md#cycle-fill-runs).
       const index_t head = len - src;
       for (index_t p = 0; p < head; ++p) row[cyc[p]] = static_cast<E>(cyc[src + p]);
       for (index_t p = head; p < len; ++p) row[cyc[p]] = static_cast<E>(cyc[p - head]);
@@ -1426,9 +1423,10 @@ struct l_kernel<Arch, lambda::permutation_power<T>> {
     }
   }
 
-  /// `apply_rows` with the table rows in bytes (requires `bytes_ok()`): each row by `permute_row_bytes`, inputs prefetched `byte_prefetch_rows`
-  /// ahead. No row map: Type 4's mapped rows measured 3–8 % slower this way than by
-  /// `permute_row` (AVX2 host, n = 8192, three A/B pairs), and keep it.
+  /// `apply_rows` with the table rows in bytes (requires `bytes_ok()`): each row by
+  /// `permute_row_bytes`, inputs prefetched `byte_prefetch_rows` ahead. No row map: Type 4's
+  /// mapped rows measured slower this way than by `permute_row`, and keep it
+  /// (bench/results/tuning.md#byte-permute-no-row-map).
   template <bool Stream = false>
   void apply_rows(const std::uint8_t* table, index_t tw, const T* x, index_t xs, T* y, index_t ys,
                   index_t m) const noexcept {

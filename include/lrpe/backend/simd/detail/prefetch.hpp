@@ -16,11 +16,9 @@ namespace backend {
 namespace simd_detail {
 
 /// Prefetches the `n` elements of one row, by default into L2 (`prefetcht1`); `Locality` = 3
-/// into L1 as well, 0 the non-temporal hint. Not 0 by default: on an Intel Xeon (Emerald
-/// Rapids) `prefetchnta` fills L1 only, and rows prefetched 24–32 rows ahead were evicted before
-/// use: Q+K at n = 8192 (d = 64, BNSH) took 6.2 ms for a permutation P alone and 6.5–6.7 ms for
-/// Types 1 and 4, against 2.1–2.4 and 2.7–2.9 ms with T1 (T0 2.3 / 2.7–2.8, RoPE 2.5–2.8 ms
-/// either way). The AMD hosts measured NTA, T0 and T1 within their noise (measurements.md).
+/// into L1 as well, 0 the non-temporal hint. Not 0 by default: on some cores `prefetchnta`
+/// fills L1 only, and rows prefetched 24–32 rows ahead were evicted before use
+/// (bench/results/tuning.md#prefetch-locality).
 template <int Locality = 2, class T>
 LRPE_ALWAYS_INLINE void prefetch_row(const T* p, index_t n) noexcept {
   const char* c = reinterpret_cast<const char*>(p);

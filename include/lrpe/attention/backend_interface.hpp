@@ -1,0 +1,284 @@
+// SPDX-License-Identifier: MIT
+/**
+ * @file backend_interface.hpp
+ * The contract between the attention front ends and the backends, in one place: the problem
+ * structs a front end fills, and every hook a backend may provide, each with its default or
+ * with a primary template whose `static_assert` names the missing (operation, backend) pair.
+ *
+ * A backend is a tag type (an empty struct, or a small value such as `simd_policy` holding a
+ * pool). Front ends call the hooks unqualified with the tag first, so they are found by ADL on
+ * the tag's namespace: a backend declared after this header, in any namespace, overloads them.
+ *
+ * | hook | called by | default |
+ * |---|---|---|
+ * | `call_guard(b)` | every attention entry point, held for the call | holds nothing |
+ * | `softmax_kernel(b, problem, logits, value_term, reweight)` | `softmax_attention` | none: compile error |
+ * | `acquire_feature_scratch(b, scratch, nq, nk, f)` | softmax and linear, linearizable encodings | two matrices per call |
+ * | `encode_features_kernel(b, enc, side, x, pos, out)` | softmax, linearizable encodings | row by row |
+ * | `linear_kernel(b, problem, state)` | `linear_attention` | none: compile error |
+ * | `linear_features_kernel(b, enc, phi, x, pos, side, out)` | `linear_attention` | row by row |
+ * | `linear_fused_kernel(b, enc, phi, problem, state)` | `linear_attention`, tried first | declines (returns false) |
+ * | `for_each_head(b, count, f)` | multi-head entry points | in order, calling thread |
+ * | `lrpe::encode(b, enc, x, pos, out)`, `lrpe::encode_qk(b, ...)` | users | none: compile error |
+ *
+ * The in-library backends: `backend::reference` (backend/reference/, the oracle, declared here
+ * because it is every entry point's default), `backend::simd<Arch>` and `simd_policy<Arch>`
+ * (backend/simd/). Adding one: docs/howto-add-backend.md.
+ */
+#pragma once
+
+#include <lrpe/attention/feature_map.hpp>
+#include <lrpe/attention/options.hpp>
+#include <lrpe/attention/state.hpp>
+#include <lrpe/core/heads.hpp>
+#include <lrpe/core/relative.hpp>
+#include <lrpe/core/view.hpp>
+#include <lrpe/detail/small_buffer.hpp>
+#include <lrpe/encoder.hpp>
+
+#include <type_traits>
+
+namespace lrpe {
+inline namespace v0 {
+
+namespace detail {
+
+template <class T>
+auto const_tile_map(const matrix_view<const T>& x, index_t r0, index_t r1) {
+  using M = Eigen::Map<const row_matrix<T>, 0, Eigen::OuterStride<>>;
+  return M(x.row(r0), r1 - r0, x.cols, Eigen::OuterStride<>(x.row_stride));
+}
+
+/// φ then the encoding's features on one side, for every row, into `out` (n×d_f).
+template <class T, class Encoding, class Phi>
+void linear_features_into(const Encoding& encoding, const Phi& phi, const matrix_view<const T>& x,
+                          const positions& pos, canonical::side which, const matrix_view<T>& out) {
+  const index_t d = x.cols;
+  if constexpr (std::is_same_v<Encoding, no_encoding>) {
+    for (index_t i = 0; i < x.rows; ++i) apply_feature_map(phi, x.row(i), out.row(i), d);
+  } else {
+    small_buffer<T> tmp(d);
+    for (index_t i = 0; i < x.rows; ++i) {
+      apply_feature_map(phi, x.row(i), tmp.data(), d);
+      encoding_features(encoding, which, tmp.data(), pos[i], out.row(i));
+    }
+  }
+}
+
+}  // namespace detail
+
+namespace backend {
+
+/// Plain loops and Eigen products, written for clarity: the oracle of every other backend
+/// (its kernels: backend/reference/, included by <lrpe/lrpe.hpp>).
+struct reference {
+  static constexpr const char* name = "reference";
+};
+
+namespace detail {
+template <class>
+inline constexpr bool always_false = false;
+}  // namespace detail
+
+// ------------------------------------------------------------------------------------ calls
+
+/// What `call_guard` returns for backends that share nothing between calls.
+struct no_call_guard {};
+
+/**
+ * Held by every attention entry point for the length of one call (after validation): a backend
+ * whose scratch may be shared by calls from several threads (a `simd_policy` on a pool's
+ * workspace) returns a lock. The default holds nothing.
+ */
+template <class Backend>
+no_call_guard call_guard(const Backend&) noexcept {
+  return {};
+}
+
+/**
+ * Runs `f(item, backend)` for item = 0 … count−1, the (batch, head) pairs of a multi-head call.
+ * The default runs them in order on the calling thread; a backend with a thread pool overloads
+ * it and hands each item a single-threaded backend of its own.
+ */
+template <class Backend, class F>
+void for_each_head(const Backend& b, index_t count, F&& f) {
+  for (index_t i = 0; i < count; ++i) f(i, b);
+}
+
+// ---------------------------------------------------------------------------------- softmax
+
+/// Everything the softmax kernel needs besides the encoding-specific callbacks.
+template <class T>
+struct softmax_problem {
+  index_t nq = 0;                 ///< query rows
+  index_t nk = 0;                 ///< key rows
+  matrix_view<const T> v;         ///< nk × dv values
+  matrix_view<T> out;             ///< nq × dv output
+  positions q_positions{};
+  positions k_positions{};
+  bool causal = false;
+  index_t tile = 64;
+};
+
+/// No value term (everything but Shaw's a^V).
+struct no_value_term {};
+
+
+/**
+ * The content logits of a tile, scale·A[i0:i1]·B[j0:j1]ᵀ (A, B: Q and K, or their encoded
+ * features). A named type rather than a lambda so that a backend can recognise it and run its
+ * own tile GEMM on `a`, `b`, `scale` (backend/simd/softmax.hpp); called, it fills the tile S.
+ */
+template <class T>
+struct dot_logits {
+  matrix_view<const T> a;
+  matrix_view<const T> b;
+  T scale;
+  template <class S>
+  void operator()(index_t i0, index_t i1, index_t j0, index_t j1, S& s) const {
+    s.noalias() = lrpe::detail::const_tile_map(a, i0, i1) * lrpe::detail::const_tile_map(b, j0, j1).transpose();
+    s *= scale;
+  }
+};
+
+/// `dot_logits` plus an additive encoding's bias(q_positions[i], k_positions[j]) per entry.
+template <class T, class E>
+struct biased_logits {
+  dot_logits<T> content;
+  const E* encoding;
+  positions q_positions;
+  positions k_positions;
+  template <class S>
+  void operator()(index_t i0, index_t i1, index_t j0, index_t j1, S& s) const {
+    content(i0, i1, j0, j1, s);
+    for (index_t i = i0; i < i1; ++i) {
+      for (index_t j = j0; j < j1; ++j)
+        s(i - i0, j - j0) += lrpe::detail::held_logit<T>(encoding->bias(q_positions[i], k_positions[j]));
+    }
+  }
+};
+
+/**
+ * Scratch for the encoded Q and K (n×d_f each) of a linearizable encoding. The default owns two
+ * matrices per call; a backend may overload `acquire_feature_scratch` (found by ADL on its tag)
+ * to point `q` and `k` at memory it reuses across calls.
+ */
+template <class T>
+struct feature_scratch {
+  row_matrix<T> q_store, k_store;
+  matrix_view<T> q, k;
+};
+
+template <class Backend, class T>
+void acquire_feature_scratch(const Backend&, feature_scratch<T>& s, index_t nq, index_t nk, index_t f) {
+  s.q_store.resize(nq, f);
+  s.k_store.resize(nk, f);
+  s.q = view(s.q_store);
+  s.k = view(s.k_store);
+}
+
+/**
+ * The features of a block of rows of a linearizable encoding (Q or K), row i at `pos[i]`. The
+ * default encodes row by row; a backend may overload it (found by ADL on its tag) with a
+ * vectorised encoder (backend/simd does, for every `lrpe::encoder`).
+ */
+template <class Backend, class T, class Encoding>
+void encode_features_kernel(const Backend&, const Encoding& encoding, canonical::side which,
+                            const matrix_view<const T>& x, const positions& pos, const matrix_view<T>& out) {
+  for (index_t i = 0; i < x.rows; ++i) lrpe::detail::encoding_features(encoding, which, x.row(i), pos[i], out.row(i));
+}
+
+/**
+ * Softmax attention of one head: out_s = Σ_t c_st e^{l_st − m_s} (v_t + a^V) / Σ_t e^{l_st − m_s}
+ * over the visible keys t (the reference kernel documents the exact contract: NaN, masked and
+ * empty rows). `logits(i0, i1, j0, j1, S)` fills a tile of scale·content + bias; `dot_logits`
+ * and `biased_logits` are named so that a backend can run its own tile GEMM on them.
+ */
+template <class Backend, class T, class Logits, class ValueTerm, class Reweight>
+void softmax_kernel(const Backend&, const softmax_problem<T>&, const Logits&, const ValueTerm&, const Reweight&) {
+  static_assert(detail::always_false<Backend>,
+                "lrpe::softmax_attention: no softmax_kernel for this backend (the Backend of this "
+                "instantiation). The reference kernels are in <lrpe/backend/reference.hpp>, which "
+                "<lrpe/lrpe.hpp> includes; a new backend overloads softmax_kernel "
+                "(docs/howto-add-backend.md)");
+}
+
+// ----------------------------------------------------------------------------------- linear
+
+/// Linear attention on encoded features (or on raw q, k for `linear_fused_kernel`).
+template <class T>
+struct linear_problem {
+  matrix_view<const T> qf;  ///< n_q × d_f query features
+  matrix_view<const T> kf;  ///< n_k × d_f key features
+  matrix_view<const T> v;   ///< n_k × d_v
+  matrix_view<T> out;       ///< n_q × d_v
+  positions q_positions{};
+  positions k_positions{};
+  bool causal = false;
+  normalisation norm = normalisation::none;
+  double eps = 1e-6;
+  index_t chunk = 64;
+};
+
+/// Linear attention on encoded features; `state` is never null when `p.causal`.
+template <class Backend, class T>
+void linear_kernel(const Backend&, const linear_problem<T>&, linear_attention_state<T>*) {
+  static_assert(detail::always_false<Backend>,
+                "lrpe::linear_attention: no linear_kernel for this backend (the Backend of this "
+                "instantiation). The reference kernels are in <lrpe/backend/reference.hpp>, which "
+                "<lrpe/lrpe.hpp> includes; a new backend overloads linear_kernel "
+                "(docs/howto-add-backend.md)");
+}
+
+/**
+ * Features of one side of linear attention (φ, then the encoding) into `out`. The default is
+ * the scalar loop `detail::linear_features_into`; a backend may overload it (found by ADL on
+ * its tag) with vectorised feature maps.
+ */
+template <class Backend, class T, class Encoding, class Phi>
+void linear_features_kernel(const Backend&, const Encoding& encoding, const Phi& phi, const matrix_view<const T>& x,
+                            const positions& pos, canonical::side which, const matrix_view<T>& out) {
+  lrpe::detail::linear_features_into<T>(encoding, phi, x, pos, which, out);
+}
+
+/**
+ * Linear attention that computes the features itself, inside the kernel (e.g. chunk by chunk,
+ * so that Q̃ and K̃ never go through memory): `p` holds the raw q and k in `qf` and `kf`, and
+ * `state` is never null when `p.causal`. Returns false, having done nothing, for what it does
+ * not cover; the caller then computes the features (`linear_features_kernel`) and calls
+ * `linear_kernel`. The default covers nothing; a backend may overload it (found by ADL).
+ */
+template <class Backend, class T, class Encoding, class Phi>
+bool linear_fused_kernel(const Backend&, const Encoding&, const Phi&, const linear_problem<T>&,
+                         linear_attention_state<T>*) {
+  return false;
+}
+
+}  // namespace backend
+
+// ----------------------------------------------------------------------------------- encode
+
+/// `enc.encode(x, pos, out)` on a backend: no overload for this (backend, encoder) pair.
+template <class Backend, class E>
+void encode(const Backend&, const E&, matrix_view<const typename E::scalar>, positions,
+            matrix_view<typename E::scalar>) {
+  static_assert(backend::detail::always_false<Backend>,
+                "lrpe::encode: no encode for this (backend, encoder) pair: the reference and SIMD "
+                "backends take any lrpe::encoder (lrpe_encoder); include <lrpe/lrpe.hpp> (reference) "
+                "or <lrpe/simd.hpp>, or overload encode for the backend (docs/howto-add-backend.md)");
+}
+
+/// Q and K of every (batch, head) on a backend: no overload for this (backend, encoder) pair.
+template <class Backend, class E>
+void encode_qk(const Backend&, const E&, heads_view<const typename E::scalar>, positions,
+               heads_view<const typename E::scalar>, positions, heads_view<typename E::scalar>,
+               heads_view<typename E::scalar>) {
+  static_assert(backend::detail::always_false<Backend>,
+                "lrpe::encode_qk: no encode_qk for this (backend, encoder) pair: the reference and "
+                "SIMD backends take any lrpe::encoder (lrpe_encoder); include <lrpe/lrpe.hpp> "
+                "(reference) or <lrpe/simd.hpp>, or overload encode_qk for the backend "
+                "(docs/howto-add-backend.md)");
+}
+
+}  // namespace v0
+}  // namespace lrpe

@@ -1,0 +1,11 @@
+// SPDX-License-Identifier: MIT
+/**
+ * @file reference.hpp
+ * The reference backend (`backend::reference`): plain loops and Eigen products written for
+ * clarity, the oracle every other backend is tested against. <lrpe/lrpe.hpp> includes it.
+ */
+#pragma once
+
+#include <lrpe/backend/reference/encode.hpp>
+#include <lrpe/backend/reference/linear.hpp>
+#include <lrpe/backend/reference/softmax.hpp>
