@@ -23,5 +23,6 @@
 #include <lrpe/backend/simd/parallel.hpp>
 #include <lrpe/backend/simd/softmax.hpp>
 #include <lrpe/backend/simd/linear.hpp>
+#include <lrpe/backend/simd/precompiled.hpp>
 
 #include <lrpe/detail/warnings_pop.hpp>

@@ -816,12 +816,27 @@ class simd_encoder {
 
 // ------------------------------------------------------------------ backend-tagged entry points
 
+namespace backend::simd_detail {
+/// The encoding the kernels are instantiated for: a preset (type1, rope_neox, ...) as its
+/// `encoder<P, Λ>` (presets add constructors only), so that every preset sharing a (P, Λ) pair
+/// shares one set of kernels; any other encoding as itself.
+template <class E>
+const auto& kernel_encoding(const E& e) noexcept {
+  if constexpr (lrpe_encoder<E>)
+    return static_cast<const encoder<typename E::p_type, typename E::lambda_type>&>(e);
+  else
+    return e;
+}
+}  // namespace backend::simd_detail
+
+
 /// SIMD encode of one n×d block (see `simd_encoder::encode`). On a `simd_policy` it runs on the
 /// calling thread and its workspace (an encoder pass is memory-bound; the pool is not used).
 template <backend::simd_backend B, lrpe_encoder E>
 void encode(const B&, const E& enc, matrix_view<const typename E::scalar> x, positions pos,
             matrix_view<typename E::scalar> out) {
-  simd_encoder<E, typename B::arch_type>(enc).encode(x, pos, out);
+  const auto& base = backend::simd_detail::kernel_encoding(enc);
+  simd_encoder<std::remove_cvref_t<decltype(base)>, typename B::arch_type>(base).encode(x, pos, out);
 }
 
 /// SIMD Q and K of every (batch, head) in one call (see `simd_encoder::encode_qk`).
@@ -829,7 +844,9 @@ template <backend::simd_backend B, lrpe_encoder E>
 void encode_qk(const B&, const E& enc, heads_view<const typename E::scalar> q, positions q_pos,
                heads_view<const typename E::scalar> k, positions k_pos, heads_view<typename E::scalar> q_out,
                heads_view<typename E::scalar> k_out) {
-  simd_encoder<E, typename B::arch_type>(enc).encode_qk(q, q_pos, k, k_pos, q_out, k_out);
+  const auto& base = backend::simd_detail::kernel_encoding(enc);
+  simd_encoder<std::remove_cvref_t<decltype(base)>, typename B::arch_type>(base).encode_qk(q, q_pos, k, k_pos, q_out,
+                                                                                         k_out);
 }
 
 }  // namespace v0

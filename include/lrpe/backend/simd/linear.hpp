@@ -1350,21 +1350,23 @@ void linear_kernel(const B& b, const linear_problem<T>& p, linear_attention_stat
 template <simd_backend B, class T, class Encoding, class Phi>
 bool linear_fused_kernel(const B& b, const Encoding& encoding, const Phi& phi, const linear_problem<T>& p,
                          linear_attention_state<T>* state) {
-  return simd_detail::linear_fused<T, typename B::arch_type>(encoding, phi, p, state, *simd_detail::resolve(b).ws);
+  return simd_detail::linear_fused<T, typename B::arch_type>(simd_detail::kernel_encoding(encoding), phi, p, state,
+                                                             *simd_detail::resolve(b).ws);
 }
 
 /// Vectorised feature maps (1+elu, relu, relu+ε, identity), then the encoding's features.
 template <simd_backend B, class T, class Encoding, class Phi>
 void linear_features_kernel(const B&, const Encoding& encoding, const Phi& phi, const matrix_view<const T>& x,
                             const positions& pos, canonical::side which, const matrix_view<T>& out) {
-  simd_detail::features<typename B::arch_type>(encoding, phi, x, pos, which, out);
+  simd_detail::features<typename B::arch_type>(simd_detail::kernel_encoding(encoding), phi, x, pos, which, out);
 }
 
 /// Encoded Q or K for softmax attention: the SIMD encoder for every `lrpe::encoder`.
 template <simd_backend B, class T, class Encoding>
 void encode_features_kernel(const B&, const Encoding& encoding, canonical::side which, const matrix_view<const T>& x,
                             const positions& pos, const matrix_view<T>& out) {
-  simd_detail::features<typename B::arch_type>(encoding, feature_maps::identity{}, x, pos, which, out);
+  simd_detail::features<typename B::arch_type>(simd_detail::kernel_encoding(encoding), feature_maps::identity{}, x, pos,
+                                               which, out);
 }
 
 }  // namespace backend
