@@ -31,6 +31,7 @@
 #include <lrpe/backend/simd/parallel.hpp>
 #include <lrpe/backend/simd/detail/micro_kernels.hpp>
 #include <lrpe/backend/simd/workspace.hpp>
+#include <lrpe/backend/simd/detail/tuning.hpp>
 #include <lrpe/detail/mul_add.hpp>
 
 #include <algorithm>
@@ -68,18 +69,6 @@ void gemm_rows(index_t rows, const T* p, index_t prs, index_t pcs, const T* v, i
   for (; i + R <= rows; i += R) pv_rows<R, T, A>(p + i * prs, prs, pcs, ones, v, dvp, nk, o + i * dvp);
   if (i < rows) pv_remainder<R - 1, T, A>(rows - i, p + i * prs, prs, pcs, ones, v, dvp, nk, o + i * dvp);
 }
-
-/// Keys per K̃ᵀV block of `accumulate_keys`. Its micro-kernel sweeps the block once per 6×2W
-/// tile of S: at 64 keys (d = 64 float) the block's V rows and the tile's K̃ lines (20 KiB)
-/// stay in L1 across the sweeps, where 256 keys (64 KiB of V) went to L2 on every one
-/// (bench/results/tuning.md#linear-key-block).
-inline constexpr index_t linear_key_block = 64;
-
-/// Output bytes of one (batch, head) problem from which linear attention writes its output
-/// rows with non-temporal stores (`linear_run::streams_output`): past a core's L2, so the rows
-/// would not stay cached for the next operation anyway, and the stores neither read each line
-/// first nor evict the inputs. 8 heads, d = 64: n ≥ 8192 (bench/results/tuning.md#linear-stream-bytes).
-inline constexpr std::size_t linear_stream_bytes = std::size_t{2} << 20;
 
 /// λ^Δ for Δ ≥ 0 (1 without decay), in double as the reference. Δ = 1 (every decode step)
 /// returns λ itself, which is pow's exact result, without the call.
@@ -1111,13 +1100,6 @@ bool vector_feature_map(const Phi& phi, const T* x, T* y, index_t d) {
   }
 }
 
-/// Rows from which `features` runs any lrpe encoder through the SIMD encoder with its default
-/// (stepped) tables. Below, a decode step's one row per head: encoders whose SIMD kernels cost
-/// nothing to build (`few_rows_simd_v`) run with direct tables, the others by the scalar
-/// encoder per row (building a permutation's indices or a DCT's d² matrix per call would cost
-/// more than the rows). Same features within rounding either way.
-inline constexpr index_t simd_encoder_min_rows = 8;
-
 /// P = I and a rotation or complex-phase Λ: a `simd_encoder` with `position_tables::direct`
 /// builds nothing (RoPE, LRPE cosine).
 template <class Encoding>
@@ -1286,11 +1268,6 @@ class fused_features {
  * n mod W last rows run on the general path from their features. Returns false, having done
  * nothing, for any other case.
  */
-/// Rows whose features `linear_fused` computes at a time: 4 one-vector chunks of float on
-/// AVX-512 (32 KiB of Q̃ and K̃ at d = 64, L2-resident); one chunk at a time was slower end to
-/// end, paying the encoder's per-call and per-position-run costs four times as often
-/// (bench/results/tuning.md#linear-fused-block).
-inline constexpr index_t fused_block = 64;
 
 template <class T, class A, class Encoding, class Phi>
 bool linear_fused(const Encoding& encoding, const Phi& phi, const linear_problem<T>& p,

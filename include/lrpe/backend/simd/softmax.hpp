@@ -42,6 +42,7 @@
 #include <lrpe/backend/simd/tag.hpp>
 #include <lrpe/backend/simd/workspace.hpp>
 #include <lrpe/backend/simd/xsimd_compat.hpp>
+#include <lrpe/backend/simd/detail/tuning.hpp>
 #include <lrpe/detail/mul_add.hpp>
 
 #include <algorithm>
@@ -71,15 +72,6 @@ struct softmax_shared {
   index_t d, dv, dvp, nk, tiles;
   bool prefetch;  ///< packed K and V past the L3 share: each key tile prefetches the next (softmax_tile_prefetch_bytes)
 };
-
-/**
- * From this many bytes of packed K and V on, a query tile prefetches the next key tile's K and V
- * into L2 while it computes S for the current one, one slice per row group. With K and V past
- * the last-level cache share (n = 16384 at d = 64: 8 MiB per head) the kernel otherwise waits
- * on them, above all when another process shares that cache; below it, with K and V in cache,
- * the slices only cost time (bench/results/tuning.md#softmax-tile-prefetch).
- */
-inline constexpr std::size_t softmax_tile_prefetch_bytes = std::size_t(1) << 23;
 
 /**
  * An additive bias in the kernels' base-2 logits: log₂e·b, formed in double and, when finite,
@@ -295,19 +287,6 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
     }
   }
 }
-
-/// Query blocks of at most this many rows take the direct kernel (no packing of K and V).
-inline constexpr index_t softmax_direct_max_rows = 8;
-
-/**
- * The direct kernel prefetches each block's V rows during the block before it when the keys it
- * reads hold at least this many bytes of K and V (past a core's L2). A decode step over a KV
- * cache streams them from L3 or DRAM, and V, read in column passes of VU vectors over the
- * block's rows, is what the hardware prefetchers followed badly (K, read W rows at a time, they
- * follow); prefetching K as well gained nothing. Below the threshold (K and V in L2, or in L3
- * between calls) the instructions only cost time (bench/results/tuning.md#softmax-direct-prefetch).
- */
-inline constexpr std::size_t softmax_direct_prefetch_bytes = std::size_t(1) << 20;
 
 /**
  * Query rows [i0, i0 + G) of the direct kernel, which reads K and V as they are (no packing):

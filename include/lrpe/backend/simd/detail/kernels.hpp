@@ -27,6 +27,7 @@
 #include <lrpe/backend/simd/detail/prefetch.hpp>
 #include <lrpe/backend/simd/sincos.hpp>
 #include <lrpe/backend/simd/xsimd_compat.hpp>
+#include <lrpe/backend/simd/detail/tuning.hpp>
 #include <lrpe/detail/mul_add.hpp>
 #include <lrpe/lambda/complex_phase.hpp>
 #include <lrpe/lambda/identity.hpp>
@@ -110,12 +111,6 @@ struct identity_map {
   LRPE_ALWAYS_INLINE b map(row_state, index_t, b x) const noexcept { return x; }
   LRPE_ALWAYS_INLINE T map1(row_state, index_t, T x) const noexcept { return x; }
 };
-
-/// Rows ahead of the one being mapped whose input is prefetched: a row's Λ waits for its μ (a
-/// dot product over the whole row), so fewer loads are in flight than for P = I and the
-/// hardware prefetchers alone left Householder·rotation memory-latency-bound. 32 rows = 8 KiB
-/// at d = 64 float (bench/results/tuning.md#mapped-prefetch-rows).
-inline constexpr index_t mapped_prefetch_rows = 32;
 
 /// f(r, state of row r) for the m rows of x (d features, rows xs apart), states computed a
 /// group at a time, inputs prefetched `mapped_prefetch_rows` ahead.
@@ -358,9 +353,6 @@ inline constexpr bool byte_permute_v =
     false;
 #endif
 
-/// Widest row `permute_row_bytes` takes (its indices are bytes; its staged row lives on the stack).
-inline constexpr index_t byte_permute_max_d = 256;
-
 /// dst[j] = src[j]: byte table rows widened to the entries the other permute kernels read.
 template <class Entry>
 LRPE_ALWAYS_INLINE void widen_indices(const std::uint8_t* src, Entry* dst, index_t count) noexcept {
@@ -470,9 +462,6 @@ LRPE_ALWAYS_INLINE void permute_row_bytes(const T* x, const std::uint8_t* idx, T
 template <class T, class Arch>
 inline constexpr bool tile_permute_v =
     compat::has_fast_transpose<T, Arch> && !std::is_base_of_v<xsimd::avx512f, Arch>;
-
-/// Widest row the tile permute takes (its column block: d·w scalars on the stack, 8 KiB).
-inline constexpr index_t tile_permute_max_d = 256;
 
 /// The tile permute serves rows of width d on Arch.
 template <class T, class Arch>
@@ -673,11 +662,6 @@ struct p_kernel<Arch, p::householder<T>> {
   const T* v_;
   index_t d_;
 };
-
-/// Rows ahead whose input a P kernel's row loop prefetches (a permutation P alone here, a
-/// dense or DCT P into the fused chain's scratch in encode.hpp): 24 rows = 6 KiB at d = 64
-/// float, chosen over 8 while that path also ran Householder chains (bench/results/tuning.md#p-prefetch-rows).
-inline constexpr index_t p_prefetch_rows = 24;
 
 /// y[j] = x[π(j)] by `permute_row` (p::permutation and p::odd_even); `apply_rows`, P alone,
 /// by `permute_tile` over w rows at a time where it can.
