@@ -16,7 +16,9 @@
  *   (kernels.hpp); other P go through an L1-resident block of rows.
  * - DFT P with complex-phase Λ (Type 8): the FFT of encode_dft.hpp (d a power of two ≤ 256;
  *   per row in registers at d ∈ {32, 64, 128} on AVX-512 float, across rows otherwise).
- * - everything else (a user Λ, a complex P with another Λ, long double): the reference path,
+ * - a user Λ with a `backend::simd_lambda_kernel` specialisation (lambda_kernel.hpp) and a real
+ *   P: vectorised Λ, as lrpe's own.
+ * - everything else (a user Λ without one, a complex P with another Λ, long double): the reference path,
  *   `enc.encode_features` row by row — never a silent miscomputation. `simd_encoder<E>::path`
  *   says which path a type takes, at compile time.
  *
@@ -83,6 +85,10 @@ namespace backend::simd_detail {
 template <class P, class L, class Arch>
 constexpr simd_path choose_path() {
   using T = typename P::scalar;
+  if constexpr (backend::simd_lambda_kernel<Arch, L>::vectorised)
+    static_assert(backend::simd_lambda_kernel_for<backend::simd_lambda_kernel<Arch, L>, L>,
+                  "backend::simd_lambda_kernel<Arch, L> is specialised for this Λ but lacks a member that "
+                  "lambda_kernel.hpp lists (see the unsatisfied requirement below)");
   if constexpr (!simd_scalar_v<T>) {
     return simd_path::reference;
   } else if constexpr (std::is_same_v<P, p::dft<T>> && std::is_same_v<L, lambda::complex_phase<T>>) {

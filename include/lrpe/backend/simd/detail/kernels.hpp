@@ -25,6 +25,7 @@
 #pragma once
 
 #include <lrpe/backend/simd/detail/prefetch.hpp>
+#include <lrpe/backend/simd/lambda_kernel.hpp>
 #include <lrpe/backend/simd/sincos.hpp>
 #include <lrpe/backend/simd/xsimd_compat.hpp>
 #include <lrpe/backend/simd/detail/tuning.hpp>
@@ -766,10 +767,11 @@ struct p_kernel<Arch, p::dense<T>> : dense_real_p<Arch, T> {
 
 // ============================================================================ Λ kernels
 
-/// Fallback marker: no SIMD kernel for this Λ; the encoder takes the reference path.
+/// No kernel in lrpe for this Λ: the user's `backend::simd_lambda_kernel<Arch, L>` where they
+/// wrote one (lambda_kernel.hpp), else its primary template, the marker for the reference path.
 template <class Arch, class L>
-struct l_kernel {
-  static constexpr bool vectorised = false;
+struct l_kernel : backend::simd_lambda_kernel<Arch, L> {
+  using backend::simd_lambda_kernel<Arch, L>::simd_lambda_kernel;
 };
 
 /// Λ = I: no table; the row is copied (or P writes straight into the output).
