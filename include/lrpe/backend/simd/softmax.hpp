@@ -88,202 +88,483 @@ inline T bias_log2(double b) noexcept {
 }
 
 /**
- * One query tile [i0, i0 + bq) of the online softmax on the scratch of workspace `ws`.
+ * The working state of one query tile [i0, i0 + bq): the scaled queries, the scores of the key
+ * tile in hand, the output accumulator and the online-softmax row statistics, all in the
+ * workspace's scratch; the rows' positions (rows past bq repeat the last real one).
+ */
+template <class T, class A>
+struct query_tile {
+  using tl = softmax_tiling<T, A>;
+  T* qt;      ///< Q̂ = scale·log₂e·Q, bqp × d (rows past bq zero)
+  T* st;      ///< S, BQ × BK, then the diagonal bias table (BK + BQ)
+  T* ot;      ///< O accumulator, BQ × dvp
+  T* m;       ///< running row maxima
+  T* l;       ///< running row sums
+  T* alpha;   ///< this key tile's rescale factors 2^(m_old − m_new)
+  index_t i0, bq, bqp;
+  position_t q_min, q_max;
+  position_t pos[tl::BQ];
+  index_t group_keys[tl::BQ / tl::R + 1];  ///< per group of R rows: keys of the tile visible to it (0: none)
+};
+
+/// Loads Q̂ and the positions of the tile, zeroes O and l, sets m to −∞.
+template <class T, class A>
+LRPE_ALWAYS_INLINE void start_query_tile(query_tile<T, A>& t, const softmax_problem<T>& p, const matrix_view<const T>& q,
+                                         T qscale, const softmax_shared<T>& sh, index_t i0, simd_workspace& ws) {
+  using tl = softmax_tiling<T, A>;
+  constexpr index_t BQ = tl::BQ, BK = tl::BK;
+  const index_t d = sh.d, dvp = sh.dvp;
+  t.i0 = i0;
+  t.bq = std::min(BQ, p.nq - i0);
+  t.bqp = round_up(t.bq, tl::R);
+  t.qt = ws.get<T>(simd_workspace::q_tile, BQ * d);
+  t.st = ws.get<T>(simd_workspace::s_tile, BQ * BK + BK + BQ);
+  t.ot = ws.get<T>(simd_workspace::o_tile, BQ * dvp);
+  T* stats = ws.get<T>(simd_workspace::row_stats, 3 * BQ);
+  t.m = stats;
+  t.l = stats + BQ;
+  t.alpha = stats + 2 * BQ;
+  for (index_t i = 0; i < t.bqp; ++i) {
+    T* dst = t.qt + i * d;
+    if (i < t.bq) {
+      const T* src = q.row(i0 + i);
+      for (index_t c = 0; c < d; ++c) dst[c] = src[c] * qscale;
+      t.pos[i] = p.q_positions[i0 + i];
+    } else {
+      std::fill(dst, dst + d, T(0));
+      t.pos[i] = t.pos[t.bq - 1];
+    }
+    std::fill(t.ot + i * dvp, t.ot + (i + 1) * dvp, T(0));
+  }
+  std::fill(t.m, t.m + BQ, -std::numeric_limits<T>::infinity());  // the softmax step reads every row, W at a time
+  std::fill(t.l, t.l + BQ, T(0));
+  t.q_min = t.q_max = t.pos[0];
+  for (index_t i = 1; i < t.bq; ++i) {
+    t.q_min = std::min(t.q_min, t.pos[i]);
+    t.q_max = std::max(t.q_max, t.pos[i]);
+  }
+}
+
+/// Per group of R rows, the keys of tile [j0, j0 + bk) visible to some row of the group: a
+/// prefix when the key positions are offsets; 0 skips the group in this tile.
+template <class T, class A>
+LRPE_ALWAYS_INLINE void count_visible_keys(query_tile<T, A>& t, const softmax_problem<T>& p, index_t j0, index_t bk,
+                                           position_t k_min, position_t k_max) {
+  constexpr index_t R = softmax_tiling<T, A>::R;
+  for (index_t g = 0; g * R < t.bqp; ++g) {
+    index_t n_vis = bk;
+    if (p.causal && k_max > t.q_min) {
+      position_t g_max = t.pos[g * R];
+      for (index_t r = 1; r < R; ++r) g_max = std::max(g_max, t.pos[g * R + r]);
+      if (k_min > g_max) n_vis = 0;
+      else if (!p.k_positions.is_array()) n_vis = visible_prefix(g_max, p.k_positions[j0], bk);
+    }
+    t.group_keys[g] = n_vis;
+  }
+}
+
+/// S = Q̂Kᵀ for key tile jt, group by group. With `prefix` (mask on, keys as offsets) only the
+/// whole vectors of each group's visible prefix are formed; the masking step sets the rest to −∞.
+template <class T, class A>
+LRPE_ALWAYS_INLINE void tile_scores(query_tile<T, A>& t, const softmax_shared<T>& sh, index_t jt, bool prefix) {
+  using tl = softmax_tiling<T, A>;
+  constexpr index_t BK = tl::BK, R = tl::R;
+  const index_t d = sh.d, j0 = jt * BK;
+  const T* kp = sh.kp + jt * d * BK;
+  const bool fetch_next = sh.prefetch && jt + 1 < sh.tiles;
+  const auto next_v_bytes = fetch_next ? static_cast<std::size_t>(std::min(BK, sh.nk - j0 - BK) * sh.dvp) * sizeof(T) : 0;
+  for (index_t i = 0; i < t.bqp; i += R) {
+    if (fetch_next) {  // the next tile's K and V, one slice per row group
+      const auto g = static_cast<std::size_t>(i / R), groups = static_cast<std::size_t>(t.bqp / R);
+      prefetch_part(kp + d * BK, static_cast<std::size_t>(d * BK) * sizeof(T), g, groups);
+      prefetch_part(sh.vp + (j0 + BK) * sh.dvp, next_v_bytes, g, groups);
+    }
+    if (t.group_keys[i / R] == 0) continue;
+    qk_micro_prefix<R, T, A>(prefix ? t.group_keys[i / R] : BK, t.qt + i * d, d, kp, d, t.st + i * BK, BK);
+  }
+}
+
+/**
+ * S += log₂e·bias(s, t) for key tile [j0, j0 + bk). With offsets for both sides the bias
+ * depends on t − s only: one call per diagonal. Row i, key j reads entry e = bqp − 1 − i + j,
+ * the diagonal δ = (k0 + j) − (q0 + i). Only the entries of real rows and keys (i < bq,
+ * j < bk) are evaluated, as bias(q0, k0 + j − i) for j ≥ i and bias(q0 + i − j, k0) below: both
+ * arguments are positions of the call's real rows and keys, every δ formed is the difference of
+ * two of them, and no position past them is (the padding rows' and keys' entries are 0, their
+ * outputs discarded or masked).
+ */
+template <class T, class A, class Bias>
+LRPE_ALWAYS_INLINE void add_tile_bias(query_tile<T, A>& t, const softmax_problem<T>& p, const Bias& bias, index_t j0,
+                                      index_t bk) {
+  using B = xsimd::batch<T, A>;
+  using tl = softmax_tiling<T, A>;
+  constexpr index_t W = tl::W, U = tl::U, BK = tl::BK, BQ = tl::BQ;
+  const index_t bq = t.bq, bqp = t.bqp;
+  if (!p.q_positions.is_array() && !p.k_positions.is_array()) {
+    T* tb = t.st + BQ * BK;
+    const position_t q0 = p.q_positions[t.i0], k0 = p.k_positions[j0];
+    const index_t e_lo = bqp - bq, e_hi = bqp - 1 + bk - 1;
+    for (index_t e = 0; e < BK + bqp - 1; ++e) {
+      // δ = j − i ≥ 0: (q0, k0 + δ), key k0 + δ real; δ < 0: (q0 − δ, k0), query row −δ real
+      const index_t delta = e - (bqp - 1);
+      tb[e] = e < e_lo || e > e_hi ? T(0)
+                                   : bias_log2<T>(delta >= 0 ? bias->bias(q0, k0 + delta) : bias->bias(q0 - delta, k0));
+    }
+    for (index_t i = 0; i < bqp; ++i) {
+      const T* row_b = tb + (bqp - 1 - i);
+      T* srow = t.st + i * BK;
+      for (index_t u = 0; u < U; ++u)
+        (B::load_aligned(srow + u * W) + B::load_unaligned(row_b + u * W)).store_aligned(srow + u * W);
+    }
+  } else {
+    for (index_t i = 0; i < bqp; ++i) {
+      T* srow = t.st + i * BK;
+      for (index_t j = 0; j < bk; ++j) srow[j] += bias_log2<T>(bias->bias(t.pos[i], p.k_positions[j0 + j]));
+    }
+  }
+}
+
+/// S = −∞ where key j0 + j is not visible to row i (past the tile's end, or after the row).
+template <class T, class A>
+LRPE_ALWAYS_INLINE void mask_tile_scores(query_tile<T, A>& t, const softmax_problem<T>& p, index_t j0, index_t bk) {
+  using tl = softmax_tiling<T, A>;
+  constexpr index_t BK = tl::BK, R = tl::R;
+  constexpr T neg_inf = -std::numeric_limits<T>::infinity();
+  for (index_t i = 0; i < t.bqp; ++i) {
+    if (t.group_keys[i / R] == 0) continue;
+    T* srow = t.st + i * BK;
+    const position_t s = t.pos[i];
+    if (!p.k_positions.is_array()) {  // keys k0 + j: the visible ones are a prefix
+      const index_t cut = p.causal ? visible_prefix(s, p.k_positions[j0], bk) : bk;
+      std::fill(srow + cut, srow + BK, neg_inf);
+    } else {
+      for (index_t j = 0; j < BK; ++j)
+        if (j >= bk || (p.causal && p.k_positions[j0 + j] > s)) srow[j] = neg_inf;
+    }
+  }
+}
+
+/**
+ * The online softmax step, W rows at a time: m, l, α, P = 2^(S − m) in place of S. The rows'
+ * maxima and sums come from transposing reductions (a few vector ops per row, not a horizontal
+ * reduction each) and α for the W rows from one vector exp2. Rows of skipped groups (and past
+ * bqp) read as −∞: their m, l stay as they are and their S row is neither read nor written.
+ */
+template <class T, class A>
+LRPE_ALWAYS_INLINE void online_softmax_step(query_tile<T, A>& t) {
+  using B = xsimd::batch<T, A>;
+  using tl = softmax_tiling<T, A>;
+  constexpr index_t W = tl::W, U = tl::U, BK = tl::BK, R = tl::R;
+  constexpr T neg_inf = -std::numeric_limits<T>::infinity();
+  const auto live = [&](index_t i) { return i < t.bqp && t.group_keys[i / R] > 0; };
+  for (index_t b0 = 0; b0 < t.bqp; b0 += W) {
+    B part[W];
+    for (index_t r = 0; r < W; ++r) {
+      if (live(b0 + r)) {
+        const T* srow = t.st + (b0 + r) * BK;
+        B mx = B::load_aligned(srow);
+        for (index_t u = 1; u < U; ++u) mx = xsimd::max(mx, B::load_aligned(srow + u * W));
+        part[r] = mx;
+      } else {
+        part[r] = B(neg_inf);
+      }
+    }
+    const B m_old = B::load_aligned(t.m + b0);
+    const B m_new = xsimd::max(m_old, compat::hmaxp(part));
+    // a row with nothing visible yet (m_new = −∞) shifts by 0: its P is 0, its α 0, its l 0
+    const B shift = xsimd::select(m_new == B(neg_inf), B(T(0)), m_new);
+    const B a = exp2_nonpositive<T, A>(m_old - shift);
+    alignas(64) T sh_r[W];
+    shift.store_aligned(sh_r);
+    for (index_t r = 0; r < W; ++r) {
+      if (live(b0 + r)) {
+        T* srow = t.st + (b0 + r) * BK;
+        const B mb(sh_r[r]);
+        B sum(T(0));
+        for (index_t u = 0; u < U; ++u) {
+          const B e = exp2_nonpositive<T, A>(B::load_aligned(srow + u * W) - mb);
+          e.store_aligned(srow + u * W);
+          sum += e;
+        }
+        part[r] = sum;
+      } else {
+        part[r] = B(T(0));
+      }
+    }
+    compat::fma(a, B::load_aligned(t.l + b0), compat::haddp(part)).store_aligned(t.l + b0);
+    m_new.store_aligned(t.m + b0);
+    a.store_aligned(t.alpha + b0);
+  }
+}
+
+/// O = α·O + P V for key tile jt. Keys past a group's visible prefix have P = 0: not read. A
+/// tile whose values hold a NaN or ±∞ skips every zero weight (masked keys of rows inside the
+/// prefix, arrays, −∞ biases).
+template <class T, class A>
+LRPE_ALWAYS_INLINE void accumulate_tile_values(query_tile<T, A>& t, const softmax_shared<T>& sh, index_t jt) {
+  using tl = softmax_tiling<T, A>;
+  constexpr index_t BK = tl::BK, R = tl::R;
+  const T* vt = sh.vp + jt * BK * sh.dvp;
+  const bool v_finite = sh.kb[3 * jt + 2] == 0;
+  for (index_t i = 0; i < t.bqp; i += R) {
+    const index_t keys = t.group_keys[i / R];
+    if (keys == 0) continue;
+    T* o = t.ot + i * sh.dvp;
+    if (v_finite) pv_rows<R, T, A>(t.st + i * BK, BK, 1, t.alpha + i, vt, sh.dvp, keys, o);
+    else pv_rows<R, T, A, true>(t.st + i * BK, BK, 1, t.alpha + i, vt, sh.dvp, keys, o);
+  }
+}
+
+/// out = O / l per real row; a row that saw no key is zero.
+template <class T, class A>
+LRPE_ALWAYS_INLINE void finish_query_tile(const query_tile<T, A>& t, const softmax_problem<T>& p,
+                                          const softmax_shared<T>& sh) {
+  for (index_t i = 0; i < t.bq; ++i) {
+    T* o = p.out.row(t.i0 + i);
+    const T* src = t.ot + i * sh.dvp;
+    if (t.l[i] != T(0)) {  // NaN (a NaN or overflowing logit) divides through: a NaN row
+      const T inv = T(1) / t.l[i];
+      for (index_t c = 0; c < sh.dv; ++c) o[c] = src[c] * inv;
+    } else {
+      for (index_t c = 0; c < sh.dv; ++c) o[c] = T(0);
+    }
+  }
+}
+
+/**
+ * One query tile [i0, i0 + bq) of the online softmax on the scratch of workspace `ws`: per key
+ * tile, the visible keys, S = Q̂Kᵀ, the bias, the mask, the softmax step and O = α·O + P V.
  * @param bias `no_bias` or a pointer to an additive encoding (`bias(s, t)`).
  */
 template <class T, class A, class Bias>
 void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>& q, T qscale, const Bias& bias,
                         const softmax_shared<T>& sh, index_t i0, simd_workspace& ws) {
-  using B = xsimd::batch<T, A>;
-  using tl = softmax_tiling<T, A>;
-  constexpr index_t W = tl::W, U = tl::U, BK = tl::BK, R = tl::R, BQ = tl::BQ;
-  constexpr T neg_inf = -std::numeric_limits<T>::infinity();
-  constexpr bool has_bias = !std::is_same_v<Bias, no_bias>;
-  const index_t d = sh.d, dvp = sh.dvp;
-  const index_t bq = std::min(BQ, p.nq - i0);
-  const index_t bqp = round_up(bq, R);
-
-  T* qt = ws.get<T>(simd_workspace::q_tile, BQ * d);
-  T* st = ws.get<T>(simd_workspace::s_tile, BQ * BK + BK + BQ);  // + diagonal bias table
-  T* ot = ws.get<T>(simd_workspace::o_tile, BQ * dvp);
-  T* stats = ws.get<T>(simd_workspace::row_stats, 3 * BQ);
-  T* m = stats;
-  T* l = stats + BQ;
-  T* alpha = stats + 2 * BQ;
-  position_t qp_local[BQ];
-
-  // Q̂ = scale·log₂e·Q (rows past the end are zero), positions (past the end: the last row's)
-  for (index_t i = 0; i < bqp; ++i) {
-    T* dst = qt + i * d;
-    if (i < bq) {
-      const T* src = q.row(i0 + i);
-      for (index_t c = 0; c < d; ++c) dst[c] = src[c] * qscale;
-      qp_local[i] = p.q_positions[i0 + i];
-    } else {
-      std::fill(dst, dst + d, T(0));
-      qp_local[i] = qp_local[bq - 1];
-    }
-    std::fill(ot + i * dvp, ot + (i + 1) * dvp, T(0));
-  }
-  std::fill(m, m + BQ, neg_inf);  // every row of the tile: the softmax step reads them W at a time
-  std::fill(l, l + BQ, T(0));
-  position_t q_min = qp_local[0], q_max = qp_local[0];
-  for (index_t i = 1; i < bq; ++i) {
-    q_min = std::min(q_min, qp_local[i]);
-    q_max = std::max(q_max, qp_local[i]);
-  }
-  const bool offsets = !p.q_positions.is_array() && !p.k_positions.is_array();
+  constexpr index_t BK = softmax_tiling<T, A>::BK;
+  query_tile<T, A> t;
+  start_query_tile(t, p, q, qscale, sh, i0, ws);
   const bool k_offsets = !p.k_positions.is_array();
-
   for (index_t jt = 0; jt < sh.tiles; ++jt) {
     const index_t j0 = jt * BK;
     const index_t bk = std::min(BK, sh.nk - j0);
     const position_t k_min = sh.kb[3 * jt], k_max = sh.kb[3 * jt + 1];
-    if (p.causal && k_min > q_max) continue;  // every key after every query: skip the tile
-    const bool mask = (p.causal && k_max > q_min) || bk < BK;
-    const T* kp = sh.kp + jt * d * BK;
+    if (p.causal && k_min > t.q_max) continue;  // every key after every query: skip the tile
+    const bool mask = (p.causal && k_max > t.q_min) || bk < BK;
+    count_visible_keys(t, p, j0, bk, k_min, k_max);
+    tile_scores(t, sh, jt, mask && k_offsets);
+    if constexpr (!std::is_same_v<Bias, no_bias>) add_tile_bias(t, p, bias, j0, bk);
+    if (mask) mask_tile_scores(t, p, j0, bk);
+    online_softmax_step(t);
+    accumulate_tile_values(t, sh, jt);
+  }
+  finish_query_tile(t, p, sh);
+}
 
-    // Per group of R rows: keys visible to some row of the group (a prefix when the key
-    // positions are offsets); 0 skips the group in this tile (every key after every query).
-    index_t group_keys[BQ / R + 1];
-    for (index_t g = 0; g * R < bqp; ++g) {
-      index_t n_vis = bk;
-      if (p.causal && k_max > q_min) {
-        position_t g_max = qp_local[g * R];
-        for (index_t r = 1; r < R; ++r) g_max = std::max(g_max, qp_local[g * R + r]);
-        if (k_min > g_max) n_vis = 0;
-        else if (k_offsets) n_vis = visible_prefix(g_max, p.k_positions[j0], bk);
-      }
-      group_keys[g] = n_vis;
+/// The working state of G query rows of the direct kernel: Q̂ (zero-padded to dp), the scores of
+/// the key block in hand, the output accumulator and the online-softmax row statistics.
+template <index_t G, class T, class A>
+struct direct_rows {
+  static constexpr index_t W = static_cast<index_t>(xsimd::batch<T, A>::size), BK = 4 * W, VU = 4;
+  index_t i0, d, dv, dw, dvw, dvp, dp;  ///< dw, dvw: d and dv rounded down to W; dvp, dp: up
+  T* qt;                                ///< G × dp
+  T* st;                                ///< G × BK
+  T* ot;                                ///< G × dvp
+  position_t qpos[G];
+  T m[G], l[G], alpha[G];
+};
+
+/// Loads Q̂ and the rows' positions, zeroes O and l, sets m to −∞.
+template <index_t G, class T, class A>
+LRPE_ALWAYS_INLINE void start_direct_rows(direct_rows<G, T, A>& t, const softmax_problem<T>& p,
+                                          const matrix_view<const T>& q, T qscale, index_t i0, simd_workspace& ws) {
+  constexpr index_t W = direct_rows<G, T, A>::W, BK = direct_rows<G, T, A>::BK;
+  t.i0 = i0;
+  t.d = q.cols;
+  t.dv = p.v.cols;
+  t.dw = t.d / W * W;
+  t.dvw = t.dv / W * W;
+  t.dvp = round_up(std::max<index_t>(t.dv, 1), W);
+  t.dp = round_up(std::max<index_t>(t.d, 1), W);
+  t.qt = ws.get<T>(simd_workspace::q_tile, G * t.dp);
+  t.st = ws.get<T>(simd_workspace::s_tile, G * BK);
+  t.ot = ws.get<T>(simd_workspace::o_tile, G * t.dvp);
+  for (index_t r = 0; r < G; ++r) {
+    const T* src = q.row(i0 + r);
+    for (index_t c = 0; c < t.d; ++c) t.qt[r * t.dp + c] = src[c] * qscale;
+    std::fill(t.qt + r * t.dp + t.d, t.qt + (r + 1) * t.dp, T(0));
+    std::fill(t.ot + r * t.dvp, t.ot + (r + 1) * t.dvp, T(0));
+    t.qpos[r] = p.q_positions[i0 + r];
+    t.m[r] = -std::numeric_limits<T>::infinity();
+    t.l[r] = T(0);
+  }
+}
+
+/// Row r's S = Q̂Kᵀ over keys [j0, j0 + bk): per key W partial sums, reduced W keys at a time; the
+/// K block stays in L1 for the group's other rows. Row 0 prefetches the next block's V rows.
+template <index_t G, class T, class A>
+LRPE_ALWAYS_INLINE void direct_row_scores(direct_rows<G, T, A>& t, const softmax_problem<T>& p,
+                                          const matrix_view<const T>& k, index_t r, index_t j0, index_t bk,
+                                          index_t n_vis, bool prefetch) {
+  using B = xsimd::batch<T, A>;
+  constexpr index_t W = direct_rows<G, T, A>::W, BK = direct_rows<G, T, A>::BK;
+  const T* qr = t.qt + r * t.dp;
+  T* sr = t.st + r * BK;
+  const index_t ks = k.row_stride;
+  for (index_t u = 0; u * W < bk; ++u) {
+    if (prefetch && r == 0) {
+      const index_t jp = j0 + BK + u * W, je = std::min(jp + W, n_vis);
+      for (index_t j = jp; j < je; ++j) prefetch_row<3>(p.v.row(j), t.dv);
     }
-
-    // With the mask on and keys as offsets, every key past a group's visible prefix is set to −∞
-    // below: S is formed only over the prefix's whole vectors (the diagonal tiles' upper half).
-    const bool fetch_next = sh.prefetch && jt + 1 < sh.tiles;
-    const auto next_v_bytes = fetch_next ? static_cast<std::size_t>(std::min(BK, sh.nk - j0 - BK) * dvp) * sizeof(T) : 0;
-    for (index_t i = 0; i < bqp; i += R) {
-      if (fetch_next) {  // the next tile's K and V, one slice per row group
-        const auto g = static_cast<std::size_t>(i / R), groups = static_cast<std::size_t>(bqp / R);
-        prefetch_part(kp + d * BK, static_cast<std::size_t>(d * BK) * sizeof(T), g, groups);
-        prefetch_part(sh.vp + (j0 + BK) * dvp, next_v_bytes, g, groups);
+    // W independent accumulators, one per key (a key past the block reads the block's last
+    // key; the mask discards it)
+    const index_t last = bk - 1 - u * W;
+    B part[W];
+    for (index_t jj = 0; jj < W; ++jj) part[jj] = B(T(0));
+    if (last >= W - 1) {
+      for (index_t c = 0; c < t.dw; c += W) {
+        const B qc = B::load_aligned(qr + c);
+        const T* kr = k.row(j0 + u * W) + c;
+        for (index_t jj = 0; jj < W; ++jj, kr += ks) part[jj] = compat::fma(qc, B::load_unaligned(kr), part[jj]);
       }
-      if (group_keys[i / R] == 0) continue;
-      qk_micro_prefix<R, T, A>(mask && k_offsets ? group_keys[i / R] : BK, qt + i * d, d, kp, d, st + i * BK, BK);
-    }
-
-    if constexpr (has_bias) {
-      if (offsets) {
-        // bias depends on t − s only: one call per diagonal. Row i, key j reads entry
-        // e = bqp − 1 − i + j, the diagonal δ = (k0 + j) − (q0 + i). Only the entries of real
-        // rows and keys (i < bq, j < bk) are evaluated, as bias(q0, k0 + j − i) for j ≥ i and
-        // bias(q0 + i − j, k0) below: both arguments are positions of the call's real rows and
-        // keys, every δ formed is the difference of two of them, and no position past them is
-        // (the padding rows' and keys' entries are 0, their outputs discarded or masked).
-        T* tb = st + BQ * BK;
-        const position_t q0 = p.q_positions[i0], k0 = p.k_positions[j0];
-        const index_t e_lo = bqp - bq, e_hi = bqp - 1 + bk - 1;
-        for (index_t e = 0; e < BK + bqp - 1; ++e) {
-          // δ = j − i ≥ 0: (q0, k0 + δ), key k0 + δ real; δ < 0: (q0 − δ, k0), query row −δ real
-          const index_t delta = e - (bqp - 1);
-          tb[e] = e < e_lo || e > e_hi
-                      ? T(0)
-                      : bias_log2<T>(delta >= 0 ? bias->bias(q0, k0 + delta) : bias->bias(q0 - delta, k0));
-        }
-        for (index_t i = 0; i < bqp; ++i) {
-          const T* row_b = tb + (bqp - 1 - i);
-          T* srow = st + i * BK;
-          for (index_t u = 0; u < U; ++u)
-            (B::load_aligned(srow + u * W) + B::load_unaligned(row_b + u * W)).store_aligned(srow + u * W);
-        }
-      } else {
-        for (index_t i = 0; i < bqp; ++i) {
-          T* srow = st + i * BK;
-          for (index_t j = 0; j < bk; ++j)
-            srow[j] += bias_log2<T>(bias->bias(qp_local[i], p.k_positions[j0 + j]));
-        }
+    } else {
+      for (index_t c = 0; c < t.dw; c += W) {
+        const B qc = B::load_aligned(qr + c);
+        for (index_t jj = 0; jj <= last; ++jj)
+          part[jj] = compat::fma(qc, B::load_unaligned(k.row(j0 + u * W + jj) + c), part[jj]);
       }
     }
-
-    if (mask) {
-      for (index_t i = 0; i < bqp; ++i) {
-        if (group_keys[i / R] == 0) continue;
-        T* srow = st + i * BK;
-        const position_t s = qp_local[i];
-        if (k_offsets) {  // keys k0 + j: the visible ones are a prefix
-          const index_t cut = p.causal ? visible_prefix(s, p.k_positions[j0], bk) : bk;
-          std::fill(srow + cut, srow + BK, neg_inf);
-        } else {
-          for (index_t j = 0; j < BK; ++j) {
-            if (j >= bk || (p.causal && p.k_positions[j0 + j] > s)) srow[j] = neg_inf;
-          }
-        }
-      }
-    }
-
-    // online softmax, W rows at a time: m, l, α, P = 2^(S − m). The rows' maxima and sums come
-    // from transposing reductions (a few vector ops per row, not a horizontal reduction each) and
-    // α for the W rows from one vector exp2. Rows of skipped groups (and past bqp) read as −∞:
-    // their m, l stay as they are and their S row is neither read nor written.
-    for (index_t b0 = 0; b0 < bqp; b0 += W) {
-      B part[W];
-      for (index_t r = 0; r < W; ++r) {
-        const index_t i = b0 + r;
-        if (i < bqp && group_keys[i / R] > 0) {
-          const T* srow = st + i * BK;
-          B mx = B::load_aligned(srow);
-          for (index_t u = 1; u < U; ++u) mx = xsimd::max(mx, B::load_aligned(srow + u * W));
-          part[r] = mx;
-        } else {
-          part[r] = B(neg_inf);
-        }
-      }
-      const B m_old = B::load_aligned(m + b0);
-      const B m_new = xsimd::max(m_old, compat::hmaxp(part));
-      // a row with nothing visible yet (m_new = −∞) shifts by 0: its P is 0, its α 0, its l 0
-      const B shift = xsimd::select(m_new == B(neg_inf), B(T(0)), m_new);
-      const B a = exp2_nonpositive<T, A>(m_old - shift);
-      alignas(64) T sh_r[W];
-      shift.store_aligned(sh_r);
-      for (index_t r = 0; r < W; ++r) {
-        const index_t i = b0 + r;
-        if (i < bqp && group_keys[i / R] > 0) {
-          T* srow = st + i * BK;
-          const B mb(sh_r[r]);
-          B sum(T(0));
-          for (index_t u = 0; u < U; ++u) {
-            const B e = exp2_nonpositive<T, A>(B::load_aligned(srow + u * W) - mb);
-            e.store_aligned(srow + u * W);
-            sum += e;
-          }
-          part[r] = sum;
-        } else {
-          part[r] = B(T(0));
-        }
-      }
-      compat::fma(a, B::load_aligned(l + b0), compat::haddp(part)).store_aligned(l + b0);
-      m_new.store_aligned(m + b0);
-      a.store_aligned(alpha + b0);
-    }
-
-    // keys past the group's visible prefix have P = 0: not read. A tile whose values hold a NaN
-    // or ±∞ skips every zero weight (masked keys of rows inside the prefix, arrays, −∞ biases).
-    const T* vt = sh.vp + j0 * dvp;
-    const bool v_finite = sh.kb[3 * jt + 2] == 0;
-    for (index_t i = 0; i < bqp; i += R) {
-      if (group_keys[i / R] == 0) continue;
-      if (v_finite) pv_rows<R, T, A>(st + i * BK, BK, 1, alpha + i, vt, dvp, group_keys[i / R], ot + i * dvp);
-      else pv_rows<R, T, A, true>(st + i * BK, BK, 1, alpha + i, vt, dvp, group_keys[i / R], ot + i * dvp);
+    compat::haddp(part).store_aligned(sr + u * W);
+  }
+  if (t.dw < t.d) {  // the last d mod W features
+    for (index_t j = 0; j < bk; ++j) {
+      const T* kr = k.row(j0 + j);
+      T acc = 0;
+      for (index_t c = t.dw; c < t.d; ++c) acc = lrpe::detail::mul_add(qr[c], kr[c], acc);
+      sr[j] += acc;
     }
   }
+}
 
-  for (index_t i = 0; i < bq; ++i) {
-    T* o = p.out.row(i0 + i);
-    const T* src = ot + i * dvp;
-    if (l[i] != T(0)) {  // NaN (a NaN or overflowing logit) divides through: a NaN row
-      const T inv = T(1) / l[i];
-      for (index_t c = 0; c < sh.dv; ++c) o[c] = src[c] * inv;
+/// Row r's bias and mask (keys past the block and, when causal, keys after the row), then its
+/// online softmax step: m, l, α, and P = 2^(S − m) in place of S.
+template <index_t G, class T, class A, class Bias>
+LRPE_ALWAYS_INLINE void direct_row_softmax(direct_rows<G, T, A>& t, const softmax_problem<T>& p, const Bias& bias,
+                                           index_t r, index_t j0, index_t bk) {
+  using B = xsimd::batch<T, A>;
+  constexpr index_t W = direct_rows<G, T, A>::W, BK = direct_rows<G, T, A>::BK;
+  constexpr T neg_inf = -std::numeric_limits<T>::infinity();
+  const bool k_offsets = !p.k_positions.is_array();
+  T* sr = t.st + r * BK;
+  if constexpr (!std::is_same_v<Bias, no_bias>) {
+    for (index_t j = 0; j < bk; ++j) sr[j] += bias_log2<T>(bias->bias(t.qpos[r], p.k_positions[j0 + j]));
+  }
+  index_t cut = bk;
+  if (p.causal && k_offsets) cut = visible_prefix(t.qpos[r], p.k_positions[j0], bk);
+  std::fill(sr + cut, sr + BK, neg_inf);
+  if (p.causal && !k_offsets) {
+    for (index_t j = 0; j < bk; ++j)
+      if (p.k_positions[j0 + j] > t.qpos[r]) sr[j] = neg_inf;
+  }
+  B mx = B::load_aligned(sr);
+  for (index_t u = 1; u < 4; ++u) mx = xsimd::max(mx, B::load_aligned(sr + u * W));
+  const T m_new = std::max(t.m[r], compat::reduce_max(mx));
+  const T shift = m_new == neg_inf ? T(0) : m_new;  // nothing visible yet: P = 0, α = 0
+  const T a = std::exp2(t.m[r] - shift);
+  B sum(T(0));
+  for (index_t u = 0; u < 4; ++u) {
+    const B e = exp2_nonpositive<T, A>(B::load_aligned(sr + u * W) - B(shift));
+    e.store_aligned(sr + u * W);
+    sum += e;
+  }
+  t.l[r] = lrpe::detail::mul_add(a, t.l[r], compat::reduce_add(sum));
+  t.m[r] = m_new;
+  t.alpha[r] = a;
+}
+
+/**
+ * Whether the block's P V must skip zero weights: a zero weight (a masked key, a −∞ bias, an
+ * underflow) times a NaN or ±∞ value would reach its row (0·∞ = NaN). The values are read for
+ * this only when one of the block's real keys (not its padding past bk) has a zero weight;
+ * otherwise the test costs a compare per weight vector.
+ */
+template <index_t G, class T, class A>
+LRPE_ALWAYS_INLINE bool direct_block_skips_zeros(const direct_rows<G, T, A>& t, const softmax_problem<T>& p, index_t j0,
+                                                 index_t bk) {
+  using B = xsimd::batch<T, A>;
+  constexpr index_t W = direct_rows<G, T, A>::W, BK = direct_rows<G, T, A>::BK;
+  bool zero_weight = false;
+  const index_t bkw = bk / W * W;
+  xsimd::batch_bool<T, A> zero_w(false);
+  for (index_t r = 0; r < G; ++r) {
+    for (index_t j = 0; j < bkw; j += W) zero_w = zero_w | (B::load_aligned(t.st + r * BK + j) == B(T(0)));
+    for (index_t j = bkw; j < bk; ++j) zero_weight = zero_weight || t.st[r * BK + j] == T(0);
+  }
+  zero_weight = zero_weight || xsimd::any(zero_w);
+  bool skip_zero = false;
+  for (index_t j = 0; zero_weight && j < bk && !skip_zero; ++j) skip_zero = !all_finite<T, A>(p.v.row(j0 + j), t.dv);
+  return skip_zero;
+}
+
+/// O = α·O + P V for rows [r0, r0 + NR) over the whole vectors of dv: VU column vectors of NR
+/// rows in registers, each V row loaded once per NR rows. SkipZero: leave out the products of
+/// zero weights (the block's values hold a NaN or ±∞).
+template <index_t NR, bool SkipZero, index_t G, class T, class A>
+LRPE_ALWAYS_INLINE void direct_pv_rows(direct_rows<G, T, A>& t, const softmax_problem<T>& p, index_t j0, index_t bk,
+                                       index_t r0) {
+  using B = xsimd::batch<T, A>;
+  constexpr index_t W = direct_rows<G, T, A>::W, BK = direct_rows<G, T, A>::BK, VU = direct_rows<G, T, A>::VU;
+  for (index_t c0 = 0; c0 < t.dvw; c0 += VU * W) {
+    const index_t vu = std::min(VU, (t.dvw - c0) / W);
+    B acc[NR][VU];
+    for (index_t r = 0; r < NR; ++r)
+      for (index_t u = 0; u < VU; ++u)
+        acc[r][u] = u < vu ? B(t.alpha[r0 + r]) * B::load_aligned(t.ot + (r0 + r) * t.dvp + c0 + u * W) : B(T(0));
+    for (index_t j = 0; j < bk; ++j) {
+      const T* vr = p.v.row(j0 + j) + c0;
+      B vb[VU];
+      for (index_t u = 0; u < VU; ++u) vb[u] = u < vu ? B::load_unaligned(vr + u * W) : B(T(0));
+      for (index_t r = 0; r < NR; ++r) {
+        if constexpr (SkipZero) {
+          if (t.st[(r0 + r) * BK + j] == T(0)) continue;
+        }
+        const B pj(t.st[(r0 + r) * BK + j]);
+        for (index_t u = 0; u < VU; ++u) acc[r][u] = compat::fma(pj, vb[u], acc[r][u]);
+      }
+    }
+    for (index_t r = 0; r < NR; ++r)
+      for (index_t u = 0; u < vu; ++u) acc[r][u].store_aligned(t.ot + (r0 + r) * t.dvp + c0 + u * W);
+  }
+}
+
+/// O = α·O + P V for the G rows. With 16 vector registers NR ≤ 2 rows at a time: 4 rows' 16
+/// accumulators and the 4 V vectors do not fit, and GCC kept accumulators on the stack
+/// (bench/results/tuning.md#softmax-direct-rows).
+template <bool SkipZero, index_t G, class T, class A>
+LRPE_ALWAYS_INLINE void direct_pv(direct_rows<G, T, A>& t, const softmax_problem<T>& p, index_t j0, index_t bk) {
+  constexpr index_t BK = direct_rows<G, T, A>::BK;
+  constexpr index_t GR = wide_register_file<A> ? G : std::min<index_t>(G, 2);
+  for (index_t r0 = 0; r0 + GR <= G; r0 += GR) direct_pv_rows<GR, SkipZero>(t, p, j0, bk, r0);
+  if constexpr (G % GR != 0) direct_pv_rows<G % GR, SkipZero>(t, p, j0, bk, G - G % GR);
+  // the last dv mod W columns (mul_add: the same rounding in both variants)
+  for (index_t c = t.dvw; c < t.dv; ++c) {
+    for (index_t r = 0; r < G; ++r) {
+      T o = t.alpha[r] * t.ot[r * t.dvp + c];
+      for (index_t j = 0; j < bk; ++j)
+        if (!SkipZero || t.st[r * BK + j] != T(0)) o = lrpe::detail::mul_add(t.st[r * BK + j], p.v.row(j0 + j)[c], o);
+      t.ot[r * t.dvp + c] = o;
+    }
+  }
+}
+
+/// out = O / l per row; a row that saw no key is zero.
+template <index_t G, class T, class A>
+LRPE_ALWAYS_INLINE void finish_direct_rows(const direct_rows<G, T, A>& t, const softmax_problem<T>& p) {
+  for (index_t r = 0; r < G; ++r) {
+    T* o = p.out.row(t.i0 + r);
+    if (t.l[r] != T(0)) {  // NaN (a NaN or overflowing logit) divides through: a NaN row
+      const T inv = T(1) / t.l[r];
+      for (index_t c = 0; c < t.dv; ++c) o[c] = t.ot[r * t.dvp + c] * inv;
     } else {
-      for (index_t c = 0; c < sh.dv; ++c) o[c] = T(0);
+      for (index_t c = 0; c < t.dv; ++c) o[c] = T(0);
     }
   }
 }
@@ -299,181 +580,31 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
 template <index_t G, class T, class A, class Bias>
 void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>& q, const matrix_view<const T>& k,
                          T qscale, const Bias& bias, index_t i0, simd_workspace& ws) {
-  using B = xsimd::batch<T, A>;
-  constexpr index_t W = static_cast<index_t>(B::size), BK = 4 * W, VU = 4;
-  constexpr T neg_inf = -std::numeric_limits<T>::infinity();
-  constexpr bool has_bias = !std::is_same_v<Bias, no_bias>;
-  const index_t d = q.cols, dv = p.v.cols, dw = d / W * W, dvw = dv / W * W, dvp = round_up(std::max<index_t>(dv, 1), W);
-  const index_t dp = round_up(std::max<index_t>(d, 1), W);
-  const bool k_offsets = !p.k_positions.is_array();
-
-  T* qt = ws.get<T>(simd_workspace::q_tile, G * dp);
-  T* st = ws.get<T>(simd_workspace::s_tile, G * BK);
-  T* ot = ws.get<T>(simd_workspace::o_tile, G * dvp);
-  position_t qpos[G];
-  T m[G], l[G], alpha[G];
-  for (index_t r = 0; r < G; ++r) {
-    const T* src = q.row(i0 + r);
-    for (index_t c = 0; c < d; ++c) qt[r * dp + c] = src[c] * qscale;
-    std::fill(qt + r * dp + d, qt + (r + 1) * dp, T(0));
-    std::fill(ot + r * dvp, ot + (r + 1) * dvp, T(0));
-    qpos[r] = p.q_positions[i0 + r];
-    m[r] = neg_inf;
-    l[r] = T(0);
-  }
+  constexpr index_t BK = direct_rows<G, T, A>::BK;
+  direct_rows<G, T, A> t;
+  start_direct_rows(t, p, q, qscale, i0, ws);
   // causal with keys at k0, k0 + 1, …: the keys after the group's last query are never read
   index_t n_vis = p.nk;
-  if (p.causal && k_offsets && p.nk > 0) {
-    position_t q_max = qpos[0];
-    for (index_t r = 1; r < G; ++r) q_max = std::max(q_max, qpos[r]);
+  if (p.causal && !p.k_positions.is_array() && p.nk > 0) {
+    position_t q_max = t.qpos[0];
+    for (index_t r = 1; r < G; ++r) q_max = std::max(q_max, t.qpos[r]);
     n_vis = visible_prefix(q_max, p.k_positions[0], p.nk);
   }
-
   // K and V of the keys read past L2: the next block's V rows are prefetched, W of them per key
   // vector of the block (softmax_direct_prefetch_bytes)
   const bool prefetch =
-      static_cast<std::size_t>(n_vis) * static_cast<std::size_t>(d + dv) * sizeof(T) >= softmax_direct_prefetch_bytes;
+      static_cast<std::size_t>(n_vis) * static_cast<std::size_t>(t.d + t.dv) * sizeof(T) >= softmax_direct_prefetch_bytes;
 
   for (index_t j0 = 0; j0 < n_vis; j0 += BK) {
     const index_t bk = std::min(BK, n_vis - j0);
-    // S = Q̂Kᵀ: per key W partial sums, reduced W keys at a time; the K block stays in L1 for
-    // the group's other rows
     for (index_t r = 0; r < G; ++r) {
-      const T* qr = qt + r * dp;
-      T* sr = st + r * BK;
-      for (index_t u = 0; u * W < bk; ++u) {
-        if (prefetch && r == 0) {
-          const index_t jp = j0 + BK + u * W, je = std::min(jp + W, n_vis);
-          for (index_t j = jp; j < je; ++j) prefetch_row<3>(p.v.row(j), dv);
-        }
-        // W independent accumulators, one per key (a key past the block reads the block's last
-        // key; the mask below discards it)
-        const index_t last = bk - 1 - u * W;
-        const index_t ks = k.row_stride;
-        B part[W];
-        for (index_t jj = 0; jj < W; ++jj) part[jj] = B(T(0));
-        if (last >= W - 1) {
-          for (index_t c = 0; c < dw; c += W) {
-            const B qc = B::load_aligned(qr + c);
-            const T* kr = k.row(j0 + u * W) + c;
-            for (index_t jj = 0; jj < W; ++jj, kr += ks) part[jj] = compat::fma(qc, B::load_unaligned(kr), part[jj]);
-          }
-        } else {
-          for (index_t c = 0; c < dw; c += W) {
-            const B qc = B::load_aligned(qr + c);
-            for (index_t jj = 0; jj <= last; ++jj)
-              part[jj] = compat::fma(qc, B::load_unaligned(k.row(j0 + u * W + jj) + c), part[jj]);
-          }
-        }
-        compat::haddp(part).store_aligned(sr + u * W);
-      }
-      if (dw < d) {  // the last d mod W features
-        for (index_t j = 0; j < bk; ++j) {
-          const T* kr = k.row(j0 + j);
-          T t = 0;
-          for (index_t c = dw; c < d; ++c) t = lrpe::detail::mul_add(qr[c], kr[c], t);
-          sr[j] += t;
-        }
-      }
-      if constexpr (has_bias) {
-        for (index_t j = 0; j < bk; ++j) sr[j] += bias_log2<T>(bias->bias(qpos[r], p.k_positions[j0 + j]));
-      }
-      // mask: keys past the block and, when causal, keys after the row
-      index_t cut = bk;
-      if (p.causal && k_offsets) cut = visible_prefix(qpos[r], p.k_positions[j0], bk);
-      std::fill(sr + cut, sr + BK, neg_inf);
-      if (p.causal && !k_offsets) {
-        for (index_t j = 0; j < bk; ++j)
-          if (p.k_positions[j0 + j] > qpos[r]) sr[j] = neg_inf;
-      }
-      // online softmax step
-      B mx = B::load_aligned(sr);
-      for (index_t u = 1; u < 4; ++u) mx = xsimd::max(mx, B::load_aligned(sr + u * W));
-      const T m_new = std::max(m[r], compat::reduce_max(mx));
-      const T shift = m_new == neg_inf ? T(0) : m_new;  // nothing visible yet: P = 0, α = 0
-      const T a = std::exp2(m[r] - shift);
-      B sum(T(0));
-      for (index_t u = 0; u < 4; ++u) {
-        const B e = exp2_nonpositive<T, A>(B::load_aligned(sr + u * W) - B(shift));
-        e.store_aligned(sr + u * W);
-        sum += e;
-      }
-      l[r] = lrpe::detail::mul_add(a, l[r], compat::reduce_add(sum));
-      m[r] = m_new;
-      alpha[r] = a;
+      direct_row_scores(t, p, k, r, j0, bk, n_vis, prefetch);
+      direct_row_softmax(t, p, bias, r, j0, bk);
     }
-    // O = α·O + P V: VU column vectors of NR rows in registers, each V row loaded once per NR
-    // rows. With 16 vector registers NR ≤ 2: 4 rows' 16 accumulators and the 4 V vectors do
-    // not fit, and GCC kept accumulators on the stack (bench/results/tuning.md#softmax-direct-rows).
-    // SkipZero: leave out the products of zero weights (the block's values hold a NaN or ±∞)
-    const auto pv_rows = [&]<index_t NR, bool SkipZero>(std::integral_constant<index_t, NR>,
-                                                        std::bool_constant<SkipZero>,
-                                                        index_t r0) LRPE_ALWAYS_INLINE_LAMBDA {
-      for (index_t c0 = 0; c0 < dvw; c0 += VU * W) {
-        const index_t vu = std::min(VU, (dvw - c0) / W);
-        B acc[NR][VU];
-        for (index_t r = 0; r < NR; ++r)
-          for (index_t u = 0; u < VU; ++u)
-            acc[r][u] = u < vu ? B(alpha[r0 + r]) * B::load_aligned(ot + (r0 + r) * dvp + c0 + u * W) : B(T(0));
-        for (index_t j = 0; j < bk; ++j) {
-          const T* vr = p.v.row(j0 + j) + c0;
-          B vb[VU];
-          for (index_t u = 0; u < VU; ++u) vb[u] = u < vu ? B::load_unaligned(vr + u * W) : B(T(0));
-          for (index_t r = 0; r < NR; ++r) {
-            if constexpr (SkipZero) {
-              if (st[(r0 + r) * BK + j] == T(0)) continue;
-            }
-            const B pj(st[(r0 + r) * BK + j]);
-            for (index_t u = 0; u < VU; ++u) acc[r][u] = compat::fma(pj, vb[u], acc[r][u]);
-          }
-        }
-        for (index_t r = 0; r < NR; ++r)
-          for (index_t u = 0; u < vu; ++u) acc[r][u].store_aligned(ot + (r0 + r) * dvp + c0 + u * W);
-      }
-    };
-    // A zero weight (a masked key, a −∞ bias, an underflow) times a NaN or ±∞ value would reach
-    // its row (0·∞ = NaN): a block with both takes the products of nonzero weights only. The
-    // values are read for this only when one of the block's real keys (not its padding past
-    // bk) has a zero weight; otherwise the test costs a compare per weight vector.
-    bool zero_weight = false;
-    {
-      const index_t bkw = bk / W * W;
-      xsimd::batch_bool<T, A> zero_w(false);
-      for (index_t r = 0; r < G; ++r) {
-        for (index_t j = 0; j < bkw; j += W) zero_w = zero_w | (B::load_aligned(st + r * BK + j) == B(T(0)));
-        for (index_t j = bkw; j < bk; ++j) zero_weight = zero_weight || st[r * BK + j] == T(0);
-      }
-      zero_weight = zero_weight || xsimd::any(zero_w);
-    }
-    bool skip_zero = false;
-    for (index_t j = 0; zero_weight && j < bk && !skip_zero; ++j) skip_zero = !all_finite<T, A>(p.v.row(j0 + j), dv);
-    constexpr index_t GR = wide_register_file<A> ? G : std::min<index_t>(G, 2);
-    const auto pv_all = [&]<bool SkipZero>(std::bool_constant<SkipZero> skip) LRPE_ALWAYS_INLINE_LAMBDA {
-      for (index_t r0 = 0; r0 + GR <= G; r0 += GR) pv_rows(std::integral_constant<index_t, GR>{}, skip, r0);
-      if constexpr (G % GR != 0) pv_rows(std::integral_constant<index_t, G % GR>{}, skip, G - G % GR);
-      // the last dv mod W columns (mul_add: the same rounding in both variants)
-      for (index_t c = dvw; c < dv; ++c) {
-        for (index_t r = 0; r < G; ++r) {
-          T o = alpha[r] * ot[r * dvp + c];
-          for (index_t j = 0; j < bk; ++j)
-            if (!SkipZero || st[r * BK + j] != T(0)) o = lrpe::detail::mul_add(st[r * BK + j], p.v.row(j0 + j)[c], o);
-          ot[r * dvp + c] = o;
-        }
-      }
-    };
-    if (skip_zero) pv_all(std::true_type{});
-    else pv_all(std::false_type{});
+    if (direct_block_skips_zeros(t, p, j0, bk)) direct_pv<true>(t, p, j0, bk);
+    else direct_pv<false>(t, p, j0, bk);
   }
-
-  for (index_t r = 0; r < G; ++r) {
-    T* o = p.out.row(i0 + r);
-    if (l[r] != T(0)) {  // NaN (a NaN or overflowing logit) divides through: a NaN row
-      const T inv = T(1) / l[r];
-      for (index_t c = 0; c < dv; ++c) o[c] = ot[r * dvp + c] * inv;
-    } else {
-      for (index_t c = 0; c < dv; ++c) o[c] = T(0);
-    }
-  }
+  finish_direct_rows(t, p);
 }
 
 /// The direct kernel over all rows, G = 4 at a time (on the pool when there are several groups).
