@@ -509,127 +509,163 @@ struct linear_run {
    * `p.kf` (`fused_features`), which the prefetches then fetch ahead.
    */
   index_t vector_chunks(const rows_source<T>& rows) {
-    using B = xsimd::batch<T, A>;
-    constexpr index_t W = B::size;
+    constexpr index_t W = xsimd::batch<T, A>::size;
     const index_t n = p.qf.rows, full = n / W * W;
     if (full == 0) return 0;
     const bool decays = lambda != 1.0, normalise = p.norm == normalisation::denominator;
-    const auto& qp = p.q_positions;
-    // chunk slot: D (W×W) | λ^e for e < 2W | fold weights (W) | state weights (W) | den (W) | 1/den (W)
-    T* dmask = ws.get<T>(simd_workspace::chunk, W * W + 6 * W);
-    T* pw = dmask + W * W;
-    T* wfold = pw + 2 * W;
-    T* wq = wfold + W;
-    T* den = wq + W;
-    T* inv = den + W;
-    for (index_t e = 0; e < 2 * W; ++e) pw[e] = static_cast<T>(decay_pow(lambda, e));
-    for (index_t j = 0; j < W; ++j)
-      for (index_t t = 0; t < W; ++t) dmask[j * W + t] = j <= t ? pw[t - j] : T(0);
-    for (index_t j = 0; j < W; ++j) wfold[j] = pw[W - 1 - j];
-    alignas(64) T lane_index[W];
-    for (index_t j = 0; j < W; ++j) lane_index[j] = static_cast<T>(j);
-    const B lane = B::load_aligned(lane_index);
+    const chunk_tables tb = make_chunk_tables();
     T* at = ws.get<T>(simd_workspace::s_tile, W * W);
     T* qt = ws.get<T>(simd_workspace::q_tile, f * W);
-    const index_t os = p.out.row_stride;
     const bool stream = streams_output();  // the output rows by non-temporal stores (large outputs)
 
     for (index_t i0 = 0; i0 < full; i0 += W) {
       const auto [q, qs, k, ks] = rows(i0, W);
-      const position_t s0 = qp[i0];
-      const bool has_state = count > 0;
-      if (has_state) {
-        const position_t delta0 = s0 - last;  // ≥ 0; 1 after a chunk of this loop
-        for (index_t t = 0; t < W; ++t)
-          wq[t] = delta0 + t < 2 * W ? pw[delta0 + t] : static_cast<T>(decay_pow(lambda, delta0 + t));
-      }
-      // Q̃ᵀ: qt[c·W + t] = q̃_{i0+t}[c] (the chunk's rows as lanes). K̃ stays as it is: A's and
-      // the fold's broadcasts read its rows, so that one W×W transpose per W features is all the
-      // chunk shuffles (a second one, for K̃ᵀ, took ~3 % of the kernel on port 5).
       row_prefetcher pf{};
       if (const index_t ahead = i0 + prefetch_chunks * W; ahead + W <= full) pf = row_prefetcher(p, ahead, W, !stream);
-      if (!decays) {
-        const T* vb = v_rows(i0, i0 + W, nullptr);
-        if (stream) chunk_recurrent<true>(q, qs, k, ks, vb, normalise, p.out.row(i0), os, pf);
-        else chunk_recurrent<false>(q, qs, k, ks, vb, normalise, p.out.row(i0), os, pf);
-        pf.finish();
-        last = qp[i0 + W - 1];
-        count += W;
-        continue;
-      }
-      transpose_rows(q, qs, qt);
-      // Aᵀ: at[j·W + t] = (q̃_t · k̃_j) ⊙ D_t[j], keys j as rows and the chunk's rows t as lanes
-      {
-        // 4 keys at a time (4 row pointers: 8 spilled), the features in even and odd halves:
-        // 8 FMA chains cover the latency; f is a multiple of W, so even
-        constexpr index_t JB = W < 4 ? W : 4;
-        B den_t(T(0));
-        for (index_t j0 = 0; j0 < W; j0 += JB) {
-          B a[JB], a_odd[JB];
-          LRPE_UNROLL
-          for (index_t u = 0; u < JB; ++u) a[u] = a_odd[u] = B(T(0));
-          const T* kr = k + j0 * ks;
-          for (index_t c = 0; c < f; c += 2) {
-            const B qc = B::load_aligned(qt + c * W), qc_odd = B::load_aligned(qt + (c + 1) * W);
-            LRPE_UNROLL
-            for (index_t u = 0; u < JB; ++u) {
-              a[u] = compat::fma(B(kr[u * ks + c]), qc, a[u]);
-              a_odd[u] = compat::fma(B(kr[u * ks + c + 1]), qc_odd, a_odd[u]);
-            }
-          }
-          LRPE_UNROLL
-          for (index_t u = 0; u < JB; ++u) a[u] += a_odd[u];
-          LRPE_UNROLL
-          for (index_t u = 0; u < JB; ++u) {
-            const index_t j = j0 + u;
-            // rows before key j cleared by a select, not only by D's zeros: 0·NaN would carry
-            // a NaN key back to the rows before it
-            a[u] = xsimd::select(lane >= B(static_cast<T>(j)), a[u] * B::load_aligned(dmask + j * W), B(T(0)));
-            a[u].store_aligned(at + j * W);
-            if (normalise) den_t += a[u];
-          }
-        }
-        if (normalise) den_t.store_aligned(den);
-      }
-      if (normalise) {  // den_t += λ^{s−last}·q̃_t·z with the rows as lanes, then 1 / max(den, ε)
-        B dn = B::load_aligned(den);
-        if (has_state) {
-          B dz(T(0));
-          for (index_t c = 0; c < f; ++c) dz = compat::fma(B(z[c]), B::load_aligned(qt + c * W), dz);
-          dn = decays ? compat::fma(B::load_aligned(wq), dz, dn) : dn + dz;
-        }
-        const B eps(static_cast<T>(p.eps));
-        (B(T(1)) / xsimd::select(dn < eps, eps, dn)).store_aligned(inv);  // a NaN den stays NaN
-      }
-      const T* vb = v_rows(i0, i0 + W, nullptr);
-      if (stream) chunk_out<true>(qt, vb, at, has_state, decays ? wq : nullptr, normalise ? inv : nullptr, p.out.row(i0), os, pf);
-      else chunk_out<false>(qt, vb, at, has_state, decays ? wq : nullptr, normalise ? inv : nullptr, p.out.row(i0), os, pf);
-      // fold the chunk's keys: S = λ^{Δ}·S + Σ_j k̃_j (λ^{W−1−j} v_j)ᵀ, the weighted V rows
-      // behind the chunk's in vblock (which holds linear_key_block ≥ 2W rows)
-      const position_t p_new = qp[i0 + W - 1];
-      const T rescale = has_state && decays ? rescale_factor(p_new - last) : T(1);
-      const T* vf = vb;
       if (decays) {
-        static_assert(linear_key_block >= 2 * W, "vblock holds a chunk's V rows and their weighted copy");
-        T* vw = vblock + W * dvp;
-        for (index_t j = 0; j < W; ++j) {
-          const B w(wfold[j]);
-          for (index_t c = 0; c < dvp; c += W) (B::load_aligned(vb + j * dvp + c) * w).store_aligned(vw + j * dvp + c);
-        }
-        vf = vw;
+        decayed_chunk(i0, q, qs, k, ks, tb, qt, at, normalise, stream, pf);
+      } else {
+        const T* vb = v_rows(i0, i0 + W, nullptr);
+        if (stream) chunk_recurrent<true>(q, qs, k, ks, vb, normalise, p.out.row(i0), p.out.row_stride, pf);
+        else chunk_recurrent<false>(q, qs, k, ks, vb, normalise, p.out.row(i0), p.out.row_stride, pf);
+        pf.finish();
+        last = p.q_positions[i0 + W - 1];
+        count += W;
       }
-      chunk_fold(k, ks, vf, rescale);
-      pf.finish();
-      for (index_t c = 0; c < f; c += W) {
-        B zc = B::load_aligned(z + c) * B(rescale);
-        for (index_t j = 0; j < W; ++j) zc = compat::fma(B(decays ? wfold[j] : T(1)), B::load_unaligned(k + j * ks + c), zc);
-        zc.store_aligned(z + c);
-      }
-      last = p_new;
-      count += W;
     }
     if (stream) compat::stream_fence();
     return full;
+  }
+
+  /// The tables of `vector_chunks`' A form, in the workspace's chunk slot.
+  struct chunk_tables {
+    T* dmask;  ///< D (W×W), row j: D_j[t] = λ^{t−j} for t ≥ j, else 0
+    T* pw;     ///< λ^e for e < 2W
+    T* wfold;  ///< the fold's key weights λ^{W−1−j}
+    T* wq;     ///< the state's row weights λ^{s−last} of the chunk in hand
+    T* den;    ///< the chunk's denominators
+    T* inv;    ///< 1 / max(den, ε)
+  };
+
+  chunk_tables make_chunk_tables() {
+    constexpr index_t W = xsimd::batch<T, A>::size;
+    chunk_tables tb{};
+    tb.dmask = ws.get<T>(simd_workspace::chunk, W * W + 6 * W);
+    tb.pw = tb.dmask + W * W;
+    tb.wfold = tb.pw + 2 * W;
+    tb.wq = tb.wfold + W;
+    tb.den = tb.wq + W;
+    tb.inv = tb.den + W;
+    for (index_t e = 0; e < 2 * W; ++e) tb.pw[e] = static_cast<T>(decay_pow(lambda, e));
+    for (index_t j = 0; j < W; ++j)
+      for (index_t t = 0; t < W; ++t) tb.dmask[j * W + t] = j <= t ? tb.pw[t - j] : T(0);
+    for (index_t j = 0; j < W; ++j) tb.wfold[j] = tb.pw[W - 1 - j];
+    return tb;
+  }
+
+  /// One chunk [i0, i0 + W) in the A form (λ < 1): Q̃ᵀ, Aᵀ and the denominators, the outputs,
+  /// then the fold of the chunk's keys into S and z.
+  LRPE_ALWAYS_INLINE void decayed_chunk(index_t i0, const T* q, index_t qs, const T* k, index_t ks,
+                                        const chunk_tables& tb, T* qt, T* at, bool normalise, bool stream,
+                                        row_prefetcher& pf) {
+    constexpr index_t W = xsimd::batch<T, A>::size;
+    const auto& qp = p.q_positions;
+    const bool has_state = count > 0;
+    if (has_state) {
+      const position_t delta0 = qp[i0] - last;  // ≥ 0; 1 after a chunk of this loop
+      for (index_t t = 0; t < W; ++t)
+        tb.wq[t] = delta0 + t < 2 * W ? tb.pw[delta0 + t] : static_cast<T>(decay_pow(lambda, delta0 + t));
+    }
+    // Q̃ᵀ: qt[c·W + t] = q̃_{i0+t}[c] (the chunk's rows as lanes). K̃ stays as it is: A's and
+    // the fold's broadcasts read its rows, so that one W×W transpose per W features is all the
+    // chunk shuffles (a second one, for K̃ᵀ, took ~3 % of the kernel on port 5).
+    transpose_rows(q, qs, qt);
+    chunk_attention(qt, k, ks, tb, at, normalise);
+    if (normalise) chunk_inverse_denominators(qt, tb, has_state);
+    const T* vb = v_rows(i0, i0 + W, nullptr);
+    const index_t os = p.out.row_stride;
+    if (stream) chunk_out<true>(qt, vb, at, has_state, tb.wq, normalise ? tb.inv : nullptr, p.out.row(i0), os, pf);
+    else chunk_out<false>(qt, vb, at, has_state, tb.wq, normalise ? tb.inv : nullptr, p.out.row(i0), os, pf);
+    const position_t p_new = qp[i0 + W - 1];
+    fold_decayed_chunk(k, ks, vb, tb, has_state ? rescale_factor(p_new - last) : T(1), pf);
+    last = p_new;
+    count += W;
+  }
+
+  /// Aᵀ: at[j·W + t] = (q̃_t · k̃_j) ⊙ D_t[j], keys j as rows and the chunk's rows t as lanes;
+  /// with `normalise`, den[t] = Σ_j A[t][j]. 4 keys at a time (4 row pointers: 8 spilled), the
+  /// features in even and odd halves: 8 FMA chains cover the latency (f is a multiple of W, so
+  /// even).
+  LRPE_ALWAYS_INLINE void chunk_attention(const T* qt, const T* k, index_t ks, const chunk_tables& tb, T* at,
+                                          bool normalise) const {
+    using B = xsimd::batch<T, A>;
+    constexpr index_t W = B::size;
+    constexpr index_t JB = W < 4 ? W : 4;
+    alignas(64) T lane_index[W];
+    for (index_t j = 0; j < W; ++j) lane_index[j] = static_cast<T>(j);
+    const B lane = B::load_aligned(lane_index);
+    B den_t(T(0));
+    for (index_t j0 = 0; j0 < W; j0 += JB) {
+      B a[JB], a_odd[JB];
+      LRPE_UNROLL
+      for (index_t u = 0; u < JB; ++u) a[u] = a_odd[u] = B(T(0));
+      const T* kr = k + j0 * ks;
+      for (index_t c = 0; c < f; c += 2) {
+        const B qc = B::load_aligned(qt + c * W), qc_odd = B::load_aligned(qt + (c + 1) * W);
+        LRPE_UNROLL
+        for (index_t u = 0; u < JB; ++u) {
+          a[u] = compat::fma(B(kr[u * ks + c]), qc, a[u]);
+          a_odd[u] = compat::fma(B(kr[u * ks + c + 1]), qc_odd, a_odd[u]);
+        }
+      }
+      LRPE_UNROLL
+      for (index_t u = 0; u < JB; ++u) a[u] += a_odd[u];
+      LRPE_UNROLL
+      for (index_t u = 0; u < JB; ++u) {
+        const index_t j = j0 + u;
+        // rows before key j cleared by a select, not only by D's zeros: 0·NaN would carry
+        // a NaN key back to the rows before it
+        a[u] = xsimd::select(lane >= B(static_cast<T>(j)), a[u] * B::load_aligned(tb.dmask + j * W), B(T(0)));
+        a[u].store_aligned(at + j * W);
+        if (normalise) den_t += a[u];
+      }
+    }
+    if (normalise) den_t.store_aligned(tb.den);
+  }
+
+  /// den_t += λ^{s−last}·q̃_t·z with the rows as lanes, then inv = 1 / max(den, ε).
+  LRPE_ALWAYS_INLINE void chunk_inverse_denominators(const T* qt, const chunk_tables& tb, bool has_state) const {
+    using B = xsimd::batch<T, A>;
+    constexpr index_t W = B::size;
+    B dn = B::load_aligned(tb.den);
+    if (has_state) {
+      B dz(T(0));
+      for (index_t c = 0; c < f; ++c) dz = compat::fma(B(z[c]), B::load_aligned(qt + c * W), dz);
+      dn = compat::fma(B::load_aligned(tb.wq), dz, dn);
+    }
+    const B eps(static_cast<T>(p.eps));
+    (B(T(1)) / xsimd::select(dn < eps, eps, dn)).store_aligned(tb.inv);  // a NaN den stays NaN
+  }
+
+  /// S = λ^{Δ}·S + Σ_j k̃_j (λ^{W−1−j} v_j)ᵀ, the weighted V rows behind the chunk's in vblock
+  /// (which holds linear_key_block ≥ 2W rows); then z likewise.
+  LRPE_ALWAYS_INLINE void fold_decayed_chunk(const T* k, index_t ks, const T* vb, const chunk_tables& tb, T rescale,
+                                             row_prefetcher& pf) {
+    using B = xsimd::batch<T, A>;
+    constexpr index_t W = B::size;
+    static_assert(linear_key_block >= 2 * W, "vblock holds a chunk's V rows and their weighted copy");
+    T* vw = vblock + W * dvp;
+    for (index_t j = 0; j < W; ++j) {
+      const B w(tb.wfold[j]);
+      for (index_t c = 0; c < dvp; c += W) (B::load_aligned(vb + j * dvp + c) * w).store_aligned(vw + j * dvp + c);
+    }
+    chunk_fold(k, ks, vw, rescale);
+    pf.finish();
+    for (index_t c = 0; c < f; c += W) {
+      B zc = B::load_aligned(z + c) * B(rescale);
+      for (index_t j = 0; j < W; ++j) zc = compat::fma(B(tb.wfold[j]), B::load_unaligned(k + j * ks + c), zc);
+      zc.store_aligned(z + c);
+    }
   }
 
   /// Register blocks of `chunk_recurrent`: rows that share one pass over S, and the column
