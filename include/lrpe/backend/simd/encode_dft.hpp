@@ -95,16 +95,39 @@ class dft_phase_kernel {
   /**
    * Encodes m ≤ lanes rows: row r of x at x + r·x_stride, its table row at table + r·table_width,
    * output row at y + r·y_stride (2d features).
+   *
+   * Real input: one M = d/2-point complex FFT of z_n = x_2n + i·x_2n+1 (vectorised over rows),
+   * then X_k = E_k + W_d^k·O_k with E_k = (Z_k + conj Z_{M−k})/2, O_k = −i(Z_k − conj Z_{M−k})/2,
+   * and X_{d−k} = conj X_k: half the butterflies of a d-point transform. Stages: the rows into
+   * bit-reversed bins, the FFT, the real split, the bins back to rows, the phase.
    */
   template <bool Stream = false>
   void apply_rows(const T* x, index_t x_stride, index_t m, const T* table, index_t table_width,
                   T* y, index_t y_stride, T* scratch) const noexcept {
+    if (row_fft_applies<Stream>(x, x_stride, m, table, table_width, y, y_stride)) return;
+    T* re = scratch;  // bins, slot-major: slot k at re + k·lanes (64-byte aligned: workspace)
+    T* im = scratch + d_ * lanes;
+    T* rows = scratch + 2 * d_ * lanes;
+    load_bins(x, x_stride, m, re, im);
+    fft_bins(re, im);
+    split_real_bins(re, im);
+    bins_to_rows(re, im, m, rows);
+    for (index_t r = 0; r < m; ++r)
+      phase_row<Stream>(table + r * table_width, rows + r * 2 * d_, y + r * y_stride);
+  }
+
+ private:
+  /// The per-row FFTs in registers, where the arch and d have one (AVX-512 float at d ∈ {32,
+  /// 64, 128}, AVX2 at d ∈ {64, 128}): true when they encoded the rows.
+  template <bool Stream>
+  LRPE_ALWAYS_INLINE bool row_fft_applies(const T* x, index_t x_stride, index_t m, const T* table, index_t table_width,
+                                          T* y, index_t y_stride) const noexcept {
 #if defined(__AVX512F__)
     if constexpr (row_fft_arch) {
       if (phase_.e_ == d_) {
-        if (d_ == 32) return row_fft_rows<1, Stream>(x, x_stride, m, table, table_width, y, y_stride);
-        if (d_ == 64) return row_fft_rows<2, Stream>(x, x_stride, m, table, table_width, y, y_stride);
-        if (d_ == 128) return row_fft_rows<4, Stream>(x, x_stride, m, table, table_width, y, y_stride);
+        if (d_ == 32) return row_fft_rows<1, Stream>(x, x_stride, m, table, table_width, y, y_stride), true;
+        if (d_ == 64) return row_fft_rows<2, Stream>(x, x_stride, m, table, table_width, y, y_stride), true;
+        if (d_ == 128) return row_fft_rows<4, Stream>(x, x_stride, m, table, table_width, y, y_stride), true;
       }
     }
 #endif
@@ -112,28 +135,26 @@ class dft_phase_kernel {
     if constexpr (row_fft_avx2_arch) {
       if (phase_.e_ == d_ && d_ == 64) {
         for (index_t r = 0; r < m; ++r) row_fft8<4, Stream>(x + r * x_stride, table + r * table_width, y + r * y_stride);
-        return;
+        return true;
       }
       if (phase_.e_ == d_ && d_ == 128) {
         for (index_t r = 0; r < m; ++r) row_fft8<8, Stream>(x + r * x_stride, table + r * table_width, y + r * y_stride);
-        return;
+        return true;
       }
     }
 #endif
-    const index_t d = d_;
-    T* re = scratch;  // bins, slot-major: slot k at re + k·lanes (64-byte aligned: workspace)
-    T* im = scratch + d * lanes;
+    (void)x, (void)x_stride, (void)m, (void)table, (void)table_width, (void)y, (void)y_stride;
+    return false;
+  }
+
+  /// z_n = (x_2n + i·x_2n+1)/√d of the m rows (lanes as rows; idle lanes re-read row 0) into
+  /// the bins (re, im)[revM(n)], bit-reversed for the in-place FFT.
+  LRPE_ALWAYS_INLINE void load_bins(const T* x, index_t x_stride, index_t m, T* re, T* im) const noexcept {
     const b sc(scale_);
-    const b zero(T(0));
-    // Real input: one M = d/2-point complex FFT of z_n = x_2n + i·x_2n+1 (vectorised over
-    // rows), then X_k = E_k + W_d^k·O_k with E_k = (Z_k + conj Z_{M−k})/2,
-    // O_k = −i(Z_k − conj Z_{M−k})/2, and X_{d−k} = conj X_k: half the butterflies of a
-    // d-point transform. z_n lands in (re, im)[revM(n)] (bit-reversed for the in-place FFT).
-    const index_t M = d / 2;
     if (fast_transpose()) {
       // lanes×lanes tiles of the rows, transposed in registers.
       b v[lanes];
-      for (index_t c0 = 0; c0 < d; c0 += lanes) {
+      for (index_t c0 = 0; c0 < d_; c0 += lanes) {
         for (index_t r = 0; r < lanes; ++r) v[r] = b::load_unaligned(x + (r < m ? r : 0) * x_stride + c0);
         compat::transpose_square(v);
         for (index_t j = 0; j < lanes; j += 2) {
@@ -144,31 +165,36 @@ class dft_phase_kernel {
       }
     } else {
       alignas(64) index_of_t<T> off[lanes];
-      for (index_t r = 0; r < lanes; ++r)
-        off[r] = static_cast<index_of_t<T>>((r < m ? r : 0) * x_stride);  // idle lanes re-read row 0
+      for (index_t r = 0; r < lanes; ++r) off[r] = static_cast<index_of_t<T>>((r < m ? r : 0) * x_stride);
       const ib xoff = ib::load_aligned(off);
-      for (index_t n = 0; n < M; ++n) {
+      for (index_t n = 0; n < d_ / 2; ++n) {
         const index_t slot = rev_[static_cast<std::size_t>(n)] * lanes;
         (compat::gather(x + 2 * n, xoff) * sc).store_aligned(re + slot);
         (compat::gather(x + 2 * n + 1, xoff) * sc).store_aligned(im + slot);
       }
     }
-    // The M-point FFT (decimation in time, bit-reversed input): two radix-2 stages per pass
-    // over the slots where two remain (4 slots loaded, 4 butterflies, 4 stored: the passes over
-    // L1 drop from log2 M to ⌈log2 M / 2⌉), a single stage for an odd last one.
-    const auto twiddle = [&](index_t t, b& wr, b& wi) LRPE_ALWAYS_INLINE_LAMBDA {
-      wr = b(tw_re_[static_cast<std::size_t>(t)]);
-      wi = b(tw_im_[static_cast<std::size_t>(t)]);
-    };
-    // (ar, ai) ± (br, bi)·(wr, wi), in place.
-    const auto butterfly = [](b& ar, b& ai, b& br, b& bi, const b& wr, const b& wi) LRPE_ALWAYS_INLINE_LAMBDA {
-      const b tr = compat::fms(br, wr, bi * wi);
-      const b ti = compat::fma(br, wi, bi * wr);
-      br = ar - tr;
-      bi = ai - ti;
-      ar = ar + tr;
-      ai = ai + ti;
-    };
+  }
+
+  /// W_d^t as two broadcasts.
+  LRPE_ALWAYS_INLINE void twiddle(index_t t, b& wr, b& wi) const noexcept {
+    wr = b(tw_re_[static_cast<std::size_t>(t)]);
+    wi = b(tw_im_[static_cast<std::size_t>(t)]);
+  }
+  /// (ar, ai) ± (br, bi)·(wr, wi), in place.
+  static LRPE_ALWAYS_INLINE void butterfly(b& ar, b& ai, b& br, b& bi, const b& wr, const b& wi) noexcept {
+    const b tr = compat::fms(br, wr, bi * wi);
+    const b ti = compat::fma(br, wi, bi * wr);
+    br = ar - tr;
+    bi = ai - ti;
+    ar = ar + tr;
+    ai = ai + ti;
+  }
+
+  /// The M-point FFT of the bins (decimation in time, bit-reversed input): two radix-2 stages
+  /// per pass over the slots where two remain (4 slots loaded, 4 butterflies, 4 stored: the
+  /// passes over L1 drop from log2 M to ⌈log2 M / 2⌉), a single stage for an odd last one.
+  LRPE_ALWAYS_INLINE void fft_bins(T* re, T* im) const noexcept {
+    const index_t d = d_, M = d_ / 2;
     for (index_t h = 1; h < M;) {
       if (2 * h < M) {  // stages h and 2h: slots a, a + h, a + 2h, a + 3h
         const index_t s1 = d / (2 * h), s2 = d / (4 * h);  // W_{2h}^j = W_d^{j·s1}, W_{4h}^j = W_d^{j·s2}
@@ -220,6 +246,24 @@ class dft_phase_kernel {
         h *= 2;
       }
     }
+  }
+
+  /// X_k from A = Z_k, B = Z_{M−k}: E = ((A_r + B_r), (A_i − B_i))/2, O = ((A_i + B_i), −(A_r − B_r))/2.
+  LRPE_ALWAYS_INLINE void real_bin(const b& ar, const b& ai, const b& br, const b& bi, index_t k, b& xr_out,
+                                   b& xi_out) const noexcept {
+    const b half(T(0.5));
+    const b er = half * (ar + br), ei = half * (ai - bi);
+    const b orr = half * (ai + bi), oi = half * (br - ar);
+    const b wr(tw_re_[static_cast<std::size_t>(k)]), wi(tw_im_[static_cast<std::size_t>(k)]);
+    xr_out = er + compat::fms(wr, orr, wi * oi);
+    xi_out = ei + compat::fma(wr, oi, wi * orr);
+  }
+
+  /// The d bins of the real input from the M = d/2 complex ones, in place: X_0 and X_M real,
+  /// X_k and X_{M−k} together, X_{d−k} = conj X_k.
+  LRPE_ALWAYS_INLINE void split_real_bins(T* re, T* im) const noexcept {
+    const index_t d = d_, M = d_ / 2;
+    const b zero(T(0));
     {  // k = 0 and k = M: real bins Re Z_0 ± Im Z_0
       const b zr = b::load_aligned(re), zi = b::load_aligned(im);
       (zr + zi).store_aligned(re);
@@ -227,22 +271,13 @@ class dft_phase_kernel {
       (zr - zi).store_aligned(re + M * lanes);
       zero.store_aligned(im + M * lanes);
     }
-    const b half(T(0.5));
-    // X_k from A = Z_k, B = Z_{M−k}: E = ((A_r + B_r), (A_i − B_i))/2, O = ((A_i + B_i), −(A_r − B_r))/2.
-    const auto bin = [&](const b& ar, const b& ai, const b& br, const b& bi, index_t k, b& xr_out, b& xi_out) {
-      const b er = half * (ar + br), ei = half * (ai - bi);
-      const b orr = half * (ai + bi), oi = half * (br - ar);
-      const b wr(tw_re_[static_cast<std::size_t>(k)]), wi(tw_im_[static_cast<std::size_t>(k)]);
-      xr_out = er + compat::fms(wr, orr, wi * oi);
-      xi_out = ei + compat::fma(wr, oi, wi * orr);
-    };
     for (index_t k = 1; k <= M / 2 && M >= 2; ++k) {
       const index_t k2 = M - k;  // its partner (k2 == k at k = M/2)
       const b ar = b::load_aligned(re + k * lanes), ai = b::load_aligned(im + k * lanes);
       const b br = b::load_aligned(re + k2 * lanes), bi = b::load_aligned(im + k2 * lanes);
       b xr, xi, yr, yi;
-      bin(ar, ai, br, bi, k, xr, xi);
-      bin(br, bi, ar, ai, k2, yr, yi);
+      real_bin(ar, ai, br, bi, k, xr, xi);
+      real_bin(br, bi, ar, ai, k2, yr, yi);
       xr.store_aligned(re + k * lanes);
       xi.store_aligned(im + k * lanes);
       xr.store_aligned(re + (d - k) * lanes);  // X_{d−k} = conj X_k
@@ -254,10 +289,13 @@ class dft_phase_kernel {
         (-yi).store_aligned(im + (d - k2) * lanes);
       }
     }
-    // Bins to a row-major block (row r: re[d], im[d]): in-register transposes where the arch
-    // has them, else a scalar transpose through L1 (faster than vector scatters, which some
-    // cores microcode: bench/results/tuning.md#dft-scalar-transpose); then the phase row by row.
-    T* rows = scratch + 2 * d * lanes;
+  }
+
+  /// Bins to a row-major block (row r: re[d], im[d]): in-register transposes where the arch has
+  /// them, else a scalar transpose through L1 (faster than vector scatters, which some cores
+  /// microcode: bench/results/tuning.md#dft-scalar-transpose).
+  LRPE_ALWAYS_INLINE void bins_to_rows(const T* re, const T* im, index_t m, T* rows) const noexcept {
+    const index_t d = d_;
     if (fast_transpose()) {
       b v[lanes];
       for (const T* src : {re, im}) {
@@ -282,11 +320,8 @@ class dft_phase_kernel {
         }
       }
     }
-    for (index_t r = 0; r < m; ++r)
-      phase_row<Stream>(table + r * table_width, rows + r * 2 * d, y + r * y_stride);
   }
 
- private:
 #if defined(__AVX512F__)
   static constexpr bool row_fft_arch = std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, Arch>;
   /// Twiddle and lane-index vectors of `row_fft` (built once, for d = 32·NV, NV ∈ {1, 2, 4}).
