@@ -26,6 +26,81 @@ namespace lrpe {
 inline namespace v0 {
 namespace backend {
 
+namespace reference_detail {
+
+/**
+ * The online softmax step of one (query tile, key tile) pair: the causal mask, the rows' maxima
+ * m and sums l, S = e^(S − m) in place, acc rescaled by α = e^(m_old − m), and URPE's C applied
+ * to the weights. A max that propagates NaN (std::max drops a NaN second argument): a NaN logit
+ * reaches its row.
+ */
+template <class T, class Reweight, class Tile, class Acc>
+void softmax_tile_step(const softmax_problem<T>& p, const Reweight& c, index_t i0, index_t j0, Tile& S,
+                       std::vector<T>& m, std::vector<T>& l, Acc& acc) {
+  constexpr T neg_inf = -std::numeric_limits<T>::infinity();
+  const auto nan_max = [](T a, T b) { return a > b || std::isnan(a) ? a : b; };
+  const index_t bq = S.rows(), bk = S.cols();
+  for (index_t i = 0; i < bq; ++i) {
+    const position_t s = p.q_positions[i0 + i];
+    T row_max = neg_inf;
+    for (index_t j = 0; j < bk; ++j) {
+      if (p.causal && p.k_positions[j0 + j] > s) S(i, j) = neg_inf;
+      row_max = nan_max(row_max, S(i, j));
+    }
+    const T m_new = nan_max(m[i], row_max);  // NaN once any logit of the row was: sticks
+    if (m_new == neg_inf) {  // nothing visible yet in this row
+      S.row(i).setZero();
+      continue;
+    }
+    const T alpha = std::exp(m[i] - m_new);  // 0 when m[i] = −∞
+    T sum = 0;
+    for (index_t j = 0; j < bk; ++j) {
+      const T e = std::exp(S(i, j) - m_new);  // masked: e^{−∞} = 0
+      S(i, j) = e;
+      sum += e;
+    }
+    l[i] = alpha * l[i] + sum;
+    m[i] = m_new;
+    acc.row(i) *= alpha;
+    if constexpr (!std::is_same_v<Reweight, no_reweighting>) {
+      for (index_t j = 0; j < bk; ++j) {
+        if (S(i, j) != T(0)) S(i, j) *= static_cast<T>(lrpe::detail::reweight_at(c, s, p.k_positions[j0 + j]));
+      }
+    }
+  }
+}
+
+/**
+ * acc += S V over one key tile [j0, j0 + S.cols()). A zero weight (a masked key) must not
+ * multiply a NaN or ±∞ value (0·∞ = NaN): such a tile takes the product with those values at 0
+ * (every other column as in a clean call, bit for bit), then each non-finite value times its
+ * nonzero weights. `v_finite` is scratch, allocated only when a tile needs it.
+ */
+template <class T, class Tile, class Acc>
+void add_tile_values(const matrix_view<const T>& v, index_t j0, const Tile& S, Acc& acc, row_matrix<T>& v_finite) {
+  using tile_t = row_matrix<T>;
+  const index_t bq = S.rows(), bk = S.cols(), dv = v.cols;
+  const Eigen::Map<const tile_t, 0, Eigen::OuterStride<>> v_tile(v.row(j0), bk, dv,
+                                                                 Eigen::OuterStride<>(v.row_stride));
+  if (v_tile.allFinite()) {
+    acc.topRows(bq).noalias() += S * v_tile;
+  } else {
+    v_finite.resize(bk, dv);
+    v_finite = v_tile.unaryExpr([](T x) { return std::isfinite(x) ? x : T(0); });
+    // through the clean path's Map type: one Eigen product instantiation for both, whose
+    // summation order cannot differ
+    acc.topRows(bq).noalias() +=
+        S * Eigen::Map<const tile_t, 0, Eigen::OuterStride<>>(v_finite.data(), bk, dv, Eigen::OuterStride<>(dv));
+    for (index_t j = 0; j < bk; ++j)
+      for (index_t col = 0; col < dv; ++col)
+        if (!std::isfinite(v_tile(j, col)))
+          for (index_t i = 0; i < bq; ++i)
+            if (S(i, j) != T(0)) acc(i, col) += S(i, j) * v_tile(j, col);
+  }
+}
+
+}  // namespace reference_detail
+
 /**
  * Reference online-softmax kernel.
  *
@@ -48,9 +123,6 @@ void softmax_kernel(reference, const softmax_problem<T>& p, const Logits& logits
   const index_t dv = p.v.cols;
   const index_t bt = std::max<index_t>(1, p.tile);
   constexpr T neg_inf = -std::numeric_limits<T>::infinity();
-  // max that propagates NaN (std::max drops a NaN second argument): a NaN logit reaches its row
-  const auto nan_max = [](T a, T b) { return a > b || std::isnan(a) ? a : b; };
-
   // Buffers no larger than the problem: a tile option far above n (any value ≥ 1 is valid)
   // must not allocate tile² entries for a few rows.
   const index_t tq = std::min(bt, std::max<index_t>(1, p.nq)), tk = std::min(bt, std::max<index_t>(1, p.nk));
@@ -82,55 +154,8 @@ void softmax_kernel(reference, const softmax_problem<T>& p, const Logits& logits
       auto S = s_tile.topLeftCorner(bq, bk);
       logits(i0, i1, j0, j1, S);
 
-      for (index_t i = 0; i < bq; ++i) {
-        const position_t s = p.q_positions[i0 + i];
-        T row_max = neg_inf;
-        for (index_t j = 0; j < bk; ++j) {
-          if (p.causal && p.k_positions[j0 + j] > s) S(i, j) = neg_inf;
-          row_max = nan_max(row_max, S(i, j));
-        }
-        const T m_new = nan_max(m[i], row_max);  // NaN once any logit of the row was: sticks
-        if (m_new == neg_inf) {  // nothing visible yet in this row
-          S.row(i).setZero();
-          continue;
-        }
-        const T alpha = std::exp(m[i] - m_new);  // 0 when m[i] = −∞
-        T sum = 0;
-        for (index_t j = 0; j < bk; ++j) {
-          const T e = std::exp(S(i, j) - m_new);  // masked: e^{−∞} = 0
-          S(i, j) = e;
-          sum += e;
-        }
-        l[i] = alpha * l[i] + sum;
-        m[i] = m_new;
-        acc.row(i) *= alpha;
-        if constexpr (!std::is_same_v<Reweight, no_reweighting>) {
-          for (index_t j = 0; j < bk; ++j) {
-            if (S(i, j) != T(0)) S(i, j) *= static_cast<T>(lrpe::detail::reweight_at(c, s, p.k_positions[j0 + j]));
-          }
-        }
-      }
-
-      const Eigen::Map<const tile_t, 0, Eigen::OuterStride<>> v_tile(p.v.row(j0), bk, dv,
-                                                                     Eigen::OuterStride<>(p.v.row_stride));
-      if (v_tile.allFinite()) {
-        acc.topRows(bq).noalias() += S * v_tile;
-      } else {
-        // A zero weight (a masked key) must not multiply a NaN or ±∞ value (0·∞ = NaN): the
-        // product over the tile with those values at 0 (every other column as in a clean call,
-        // bit for bit), then each non-finite value times its nonzero weights.
-        v_finite.resize(bk, dv);
-        v_finite = v_tile.unaryExpr([](T x) { return std::isfinite(x) ? x : T(0); });
-        // through the clean path's Map type: one Eigen product instantiation for both, whose
-        // summation order cannot differ
-        acc.topRows(bq).noalias() +=
-            S * Eigen::Map<const tile_t, 0, Eigen::OuterStride<>>(v_finite.data(), bk, dv, Eigen::OuterStride<>(dv));
-        for (index_t j = 0; j < bk; ++j)
-          for (index_t col = 0; col < dv; ++col)
-            if (!std::isfinite(v_tile(j, col)))
-              for (index_t i = 0; i < bq; ++i)
-                if (S(i, j) != T(0)) acc(i, col) += S(i, j) * v_tile(j, col);
-      }
+      reference_detail::softmax_tile_step(p, c, i0, j0, S, m, l, acc);
+      reference_detail::add_tile_values(p.v, j0, S, acc, v_finite);
 
       if constexpr (!std::is_same_v<ValueTerm, no_value_term>) {
         for (index_t i = 0; i < bq; ++i) {

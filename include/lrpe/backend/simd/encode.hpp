@@ -684,7 +684,6 @@ class simd_encoder {
     // The table lives in the calling thread's grow-only workspace: no allocation once warm.
     auto& ws = backend::simd_workspace::this_thread();
     entry* table = ws.get<entry>(backend::simd_workspace::encode_table, std::max<index_t>(1, block * tw));
-    constexpr index_t w = static_cast<index_t>(xsimd::batch<scalar, Arch>::size);
     const index_t staged = tiles_across_jobs ? stage_size(enc_->feature_dim()) : 0;
     // P's sub-block rows, or the staged rows of `run_tiles_staged` (never both at once)
     scalar* scratch = ws.get<scalar>(backend::simd_workspace::encode_rows, std::max(fused_rows * enc_->dim(), staged));
@@ -743,32 +742,45 @@ class simd_encoder {
         by_layout(jobs, count, r0, m, rows, entries(), tw, p_waits(), stream, rows_of);
         continue;
       }
-      index_t j = 0;
       if constexpr (tiles_across_jobs) {
-        for (; j + w <= count; j += w) {
-          if (stream && !inputs_close(jobs + j, w)) {  // streamed from DRAM, far apart: a matrix at a time
-            for (index_t i = 0; i < w; ++i) one_job(jobs[j + i]);
-            continue;
-          }
-          bool all = stream;
-          for (index_t i = 0; i < w && all; ++i) all = can_stream(jobs[j + i], lk);
-          streamed = streamed || all;
-          const bool far_out = !outputs_close(jobs + j, w);
-          if (all && far_out) {
-            run_tiles_staged<true>(jobs + j, r0, m, entries(), tw, scratch);
-            continue;
-          }
-          if (!stream && far_out && !inputs_close(jobs + j, w)) {
-            run_tiles_staged<false>(jobs + j, r0, m, entries(), tw, scratch);
-            continue;
-          }
-          if (all) run_tiles<true>(jobs + j, r0, m, entries(), tw);
-          else run_tiles<false>(jobs + j, r0, m, entries(), tw);
-        }
+        if (run_job_tiles(lk, jobs, count, r0, m, tw, stream, scratch, one_job, entries)) streamed = true;
       }
-      for (; j < count; ++j) one_job(jobs[j]);
     }
     if (streamed) backend::compat::stream_fence();
+  }
+
+  /// One table block's jobs w at a time, each group's rows as tiles across its w matrices
+  /// (`tiles_across_jobs`), or a matrix at a time where the layout says so (`inputs_close`,
+  /// `outputs_close`); the last count mod w jobs one at a time. True when a tile was stored
+  /// non-temporally.
+  template <class LK, class OneJob, class Entries>
+  bool run_job_tiles(const LK& lk, const backend::simd_detail::job<scalar>* jobs, index_t count, index_t r0, index_t m,
+                     index_t tw, bool stream, scalar* scratch, const OneJob& one_job, const Entries& entries) const {
+    constexpr index_t w = static_cast<index_t>(xsimd::batch<scalar, Arch>::size);
+    bool streamed = false;
+    index_t j = 0;
+    for (; j + w <= count; j += w) {
+      if (stream && !inputs_close(jobs + j, w)) {  // streamed from DRAM, far apart: a matrix at a time
+        for (index_t i = 0; i < w; ++i) one_job(jobs[j + i]);
+        continue;
+      }
+      bool all = stream;
+      for (index_t i = 0; i < w && all; ++i) all = can_stream(jobs[j + i], lk);
+      streamed = streamed || all;
+      const bool far_out = !outputs_close(jobs + j, w);
+      if (all && far_out) {
+        run_tiles_staged<true>(jobs + j, r0, m, entries(), tw, scratch);
+        continue;
+      }
+      if (!stream && far_out && !inputs_close(jobs + j, w)) {
+        run_tiles_staged<false>(jobs + j, r0, m, entries(), tw, scratch);
+        continue;
+      }
+      if (all) run_tiles<true>(jobs + j, r0, m, entries(), tw);
+      else run_tiles<false>(jobs + j, r0, m, entries(), tw);
+    }
+    for (; j < count; ++j) one_job(jobs[j]);
+    return streamed;
   }
 
   void run_fft(const backend::simd_detail::job<scalar>* jobs, index_t count, index_t rows, const positions& pos) const {

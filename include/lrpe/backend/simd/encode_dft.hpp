@@ -422,6 +422,8 @@ class dft_phase_kernel {
                     index_t y_stride) const noexcept {
     for (index_t r = 0; r < m; ++r) row_fft<NV, Stream>(x + r * x_stride, table + r * table_width, y + r * y_stride);
   }
+  /// One row of `row_fft_rows`. One function (~80 lines) on purpose, as `row_fft8`: every stage
+  /// works on the same 2·NV registers of the row.
   template <int NV, bool Stream>
   LRPE_ALWAYS_INLINE void row_fft(const T* x, const T* table, T* y) const noexcept {
     constexpr index_t M = 16 * NV, d = 2 * M;
@@ -604,6 +606,10 @@ class dft_phase_kernel {
    * real split pairs Z_k with Z_{M−k} (a lane reversal of the mirror register), the bins
    * M … d − 1 are the mirrored conjugates, then the phase and the stores. No scratch and no
    * gathers.
+   *
+   * One function (~90 lines) on purpose: every stage reads and writes the same 2R registers of
+   * the row, which live in local arrays; split into functions, the arrays would cross calls as
+   * memory. The stages are marked in order below.
    */
   template <int R, bool Stream>
   LRPE_ALWAYS_INLINE void row_fft8(const T* x, const T* table, T* y) const noexcept {
