@@ -359,216 +359,6 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
   finish_query_tile(t, p, sh);
 }
 
-/// The working state of G query rows of the direct kernel: Q̂ (zero-padded to dp), the scores of
-/// the key block in hand, the output accumulator and the online-softmax row statistics.
-template <index_t G, class T, class A>
-struct direct_rows {
-  static constexpr index_t W = static_cast<index_t>(xsimd::batch<T, A>::size), BK = 4 * W, VU = 4;
-  index_t i0, d, dv, dw, dvw, dvp, dp;  ///< dw, dvw: d and dv rounded down to W; dvp, dp: up
-  T* qt;                                ///< G × dp
-  T* st;                                ///< G × BK
-  T* ot;                                ///< G × dvp
-  position_t qpos[G];
-  T m[G], l[G], alpha[G];
-};
-
-/// Loads Q̂ and the rows' positions, zeroes O and l, sets m to −∞.
-template <index_t G, class T, class A>
-LRPE_ALWAYS_INLINE void start_direct_rows(direct_rows<G, T, A>& t, const softmax_problem<T>& p,
-                                          const matrix_view<const T>& q, T qscale, index_t i0, simd_workspace& ws) {
-  constexpr index_t W = direct_rows<G, T, A>::W, BK = direct_rows<G, T, A>::BK;
-  t.i0 = i0;
-  t.d = q.cols;
-  t.dv = p.v.cols;
-  t.dw = t.d / W * W;
-  t.dvw = t.dv / W * W;
-  t.dvp = round_up(std::max<index_t>(t.dv, 1), W);
-  t.dp = round_up(std::max<index_t>(t.d, 1), W);
-  t.qt = ws.get<T>(simd_workspace::q_tile, G * t.dp);
-  t.st = ws.get<T>(simd_workspace::s_tile, G * BK);
-  t.ot = ws.get<T>(simd_workspace::o_tile, G * t.dvp);
-  for (index_t r = 0; r < G; ++r) {
-    const T* src = q.row(i0 + r);
-    for (index_t c = 0; c < t.d; ++c) t.qt[r * t.dp + c] = src[c] * qscale;
-    std::fill(t.qt + r * t.dp + t.d, t.qt + (r + 1) * t.dp, T(0));
-    std::fill(t.ot + r * t.dvp, t.ot + (r + 1) * t.dvp, T(0));
-    t.qpos[r] = p.q_positions[i0 + r];
-    t.m[r] = -std::numeric_limits<T>::infinity();
-    t.l[r] = T(0);
-  }
-}
-
-/// Row r's S = Q̂Kᵀ over keys [j0, j0 + bk): per key W partial sums, reduced W keys at a time; the
-/// K block stays in L1 for the group's other rows. Row 0 prefetches the next block's V rows.
-template <index_t G, class T, class A>
-LRPE_ALWAYS_INLINE void direct_row_scores(direct_rows<G, T, A>& t, const softmax_problem<T>& p,
-                                          const matrix_view<const T>& k, index_t r, index_t j0, index_t bk,
-                                          index_t n_vis, bool prefetch) {
-  using B = xsimd::batch<T, A>;
-  constexpr index_t W = direct_rows<G, T, A>::W, BK = direct_rows<G, T, A>::BK;
-  const T* qr = t.qt + r * t.dp;
-  T* sr = t.st + r * BK;
-  const index_t ks = k.row_stride;
-  for (index_t u = 0; u * W < bk; ++u) {
-    if (prefetch && r == 0) {
-      const index_t jp = j0 + BK + u * W, je = std::min(jp + W, n_vis);
-      for (index_t j = jp; j < je; ++j) prefetch_row<3>(p.v.row(j), t.dv);
-    }
-    // W independent accumulators, one per key (a key past the block reads the block's last
-    // key; the mask discards it)
-    const index_t last = bk - 1 - u * W;
-    B part[W];
-    for (index_t jj = 0; jj < W; ++jj) part[jj] = B(T(0));
-    if (last >= W - 1) {
-      for (index_t c = 0; c < t.dw; c += W) {
-        const B qc = B::load_aligned(qr + c);
-        const T* kr = k.row(j0 + u * W) + c;
-        for (index_t jj = 0; jj < W; ++jj, kr += ks) part[jj] = compat::fma(qc, B::load_unaligned(kr), part[jj]);
-      }
-    } else {
-      for (index_t c = 0; c < t.dw; c += W) {
-        const B qc = B::load_aligned(qr + c);
-        for (index_t jj = 0; jj <= last; ++jj)
-          part[jj] = compat::fma(qc, B::load_unaligned(k.row(j0 + u * W + jj) + c), part[jj]);
-      }
-    }
-    compat::haddp(part).store_aligned(sr + u * W);
-  }
-  if (t.dw < t.d) {  // the last d mod W features
-    for (index_t j = 0; j < bk; ++j) {
-      const T* kr = k.row(j0 + j);
-      T acc = 0;
-      for (index_t c = t.dw; c < t.d; ++c) acc = lrpe::detail::mul_add(qr[c], kr[c], acc);
-      sr[j] += acc;
-    }
-  }
-}
-
-/// Row r's bias and mask (keys past the block and, when causal, keys after the row), then its
-/// online softmax step: m, l, α, and P = 2^(S − m) in place of S.
-template <index_t G, class T, class A, class Bias>
-LRPE_ALWAYS_INLINE void direct_row_softmax(direct_rows<G, T, A>& t, const softmax_problem<T>& p, const Bias& bias,
-                                           index_t r, index_t j0, index_t bk) {
-  using B = xsimd::batch<T, A>;
-  constexpr index_t W = direct_rows<G, T, A>::W, BK = direct_rows<G, T, A>::BK;
-  constexpr T neg_inf = -std::numeric_limits<T>::infinity();
-  const bool k_offsets = !p.k_positions.is_array();
-  T* sr = t.st + r * BK;
-  if constexpr (!std::is_same_v<Bias, no_bias>) {
-    for (index_t j = 0; j < bk; ++j) sr[j] += bias_log2<T>(bias->bias(t.qpos[r], p.k_positions[j0 + j]));
-  }
-  index_t cut = bk;
-  if (p.causal && k_offsets) cut = visible_prefix(t.qpos[r], p.k_positions[j0], bk);
-  std::fill(sr + cut, sr + BK, neg_inf);
-  if (p.causal && !k_offsets) {
-    for (index_t j = 0; j < bk; ++j)
-      if (p.k_positions[j0 + j] > t.qpos[r]) sr[j] = neg_inf;
-  }
-  B mx = B::load_aligned(sr);
-  for (index_t u = 1; u < 4; ++u) mx = xsimd::max(mx, B::load_aligned(sr + u * W));
-  const T m_new = std::max(t.m[r], compat::reduce_max(mx));
-  const T shift = m_new == neg_inf ? T(0) : m_new;  // nothing visible yet: P = 0, α = 0
-  const T a = std::exp2(t.m[r] - shift);
-  B sum(T(0));
-  for (index_t u = 0; u < 4; ++u) {
-    const B e = exp2_nonpositive<T, A>(B::load_aligned(sr + u * W) - B(shift));
-    e.store_aligned(sr + u * W);
-    sum += e;
-  }
-  t.l[r] = lrpe::detail::mul_add(a, t.l[r], compat::reduce_add(sum));
-  t.m[r] = m_new;
-  t.alpha[r] = a;
-}
-
-/**
- * Whether the block's P V must skip zero weights: a zero weight (a masked key, a −∞ bias, an
- * underflow) times a NaN or ±∞ value would reach its row (0·∞ = NaN). The values are read for
- * this only when one of the block's real keys (not its padding past bk) has a zero weight;
- * otherwise the test costs a compare per weight vector.
- */
-template <index_t G, class T, class A>
-LRPE_ALWAYS_INLINE bool direct_block_skips_zeros(const direct_rows<G, T, A>& t, const softmax_problem<T>& p, index_t j0,
-                                                 index_t bk) {
-  using B = xsimd::batch<T, A>;
-  constexpr index_t W = direct_rows<G, T, A>::W, BK = direct_rows<G, T, A>::BK;
-  bool zero_weight = false;
-  const index_t bkw = bk / W * W;
-  xsimd::batch_bool<T, A> zero_w(false);
-  for (index_t r = 0; r < G; ++r) {
-    for (index_t j = 0; j < bkw; j += W) zero_w = zero_w | (B::load_aligned(t.st + r * BK + j) == B(T(0)));
-    for (index_t j = bkw; j < bk; ++j) zero_weight = zero_weight || t.st[r * BK + j] == T(0);
-  }
-  zero_weight = zero_weight || xsimd::any(zero_w);
-  bool skip_zero = false;
-  for (index_t j = 0; zero_weight && j < bk && !skip_zero; ++j) skip_zero = !all_finite<T, A>(p.v.row(j0 + j), t.dv);
-  return skip_zero;
-}
-
-/// O = α·O + P V for rows [r0, r0 + NR) over the whole vectors of dv: VU column vectors of NR
-/// rows in registers, each V row loaded once per NR rows. SkipZero: leave out the products of
-/// zero weights (the block's values hold a NaN or ±∞).
-template <index_t NR, bool SkipZero, index_t G, class T, class A>
-LRPE_ALWAYS_INLINE void direct_pv_rows(direct_rows<G, T, A>& t, const softmax_problem<T>& p, index_t j0, index_t bk,
-                                       index_t r0) {
-  using B = xsimd::batch<T, A>;
-  constexpr index_t W = direct_rows<G, T, A>::W, BK = direct_rows<G, T, A>::BK, VU = direct_rows<G, T, A>::VU;
-  for (index_t c0 = 0; c0 < t.dvw; c0 += VU * W) {
-    const index_t vu = std::min(VU, (t.dvw - c0) / W);
-    B acc[NR][VU];
-    for (index_t r = 0; r < NR; ++r)
-      for (index_t u = 0; u < VU; ++u)
-        acc[r][u] = u < vu ? B(t.alpha[r0 + r]) * B::load_aligned(t.ot + (r0 + r) * t.dvp + c0 + u * W) : B(T(0));
-    for (index_t j = 0; j < bk; ++j) {
-      const T* vr = p.v.row(j0 + j) + c0;
-      B vb[VU];
-      for (index_t u = 0; u < VU; ++u) vb[u] = u < vu ? B::load_unaligned(vr + u * W) : B(T(0));
-      for (index_t r = 0; r < NR; ++r) {
-        if constexpr (SkipZero) {
-          if (t.st[(r0 + r) * BK + j] == T(0)) continue;
-        }
-        const B pj(t.st[(r0 + r) * BK + j]);
-        for (index_t u = 0; u < VU; ++u) acc[r][u] = compat::fma(pj, vb[u], acc[r][u]);
-      }
-    }
-    for (index_t r = 0; r < NR; ++r)
-      for (index_t u = 0; u < vu; ++u) acc[r][u].store_aligned(t.ot + (r0 + r) * t.dvp + c0 + u * W);
-  }
-}
-
-/// O = α·O + P V for the G rows. With 16 vector registers NR ≤ 2 rows at a time: 4 rows' 16
-/// accumulators and the 4 V vectors do not fit, and GCC kept accumulators on the stack
-/// (bench/results/tuning.md#softmax-direct-rows).
-template <bool SkipZero, index_t G, class T, class A>
-LRPE_ALWAYS_INLINE void direct_pv(direct_rows<G, T, A>& t, const softmax_problem<T>& p, index_t j0, index_t bk) {
-  constexpr index_t BK = direct_rows<G, T, A>::BK;
-  constexpr index_t GR = wide_register_file<A> ? G : std::min<index_t>(G, 2);
-  for (index_t r0 = 0; r0 + GR <= G; r0 += GR) direct_pv_rows<GR, SkipZero>(t, p, j0, bk, r0);
-  if constexpr (G % GR != 0) direct_pv_rows<G % GR, SkipZero>(t, p, j0, bk, G - G % GR);
-  // the last dv mod W columns (mul_add: the same rounding in both variants)
-  for (index_t c = t.dvw; c < t.dv; ++c) {
-    for (index_t r = 0; r < G; ++r) {
-      T o = t.alpha[r] * t.ot[r * t.dvp + c];
-      for (index_t j = 0; j < bk; ++j)
-        if (!SkipZero || t.st[r * BK + j] != T(0)) o = lrpe::detail::mul_add(t.st[r * BK + j], p.v.row(j0 + j)[c], o);
-      t.ot[r * t.dvp + c] = o;
-    }
-  }
-}
-
-/// out = O / l per row; a row that saw no key is zero.
-template <index_t G, class T, class A>
-LRPE_ALWAYS_INLINE void finish_direct_rows(const direct_rows<G, T, A>& t, const softmax_problem<T>& p) {
-  for (index_t r = 0; r < G; ++r) {
-    T* o = p.out.row(t.i0 + r);
-    if (t.l[r] != T(0)) {  // NaN (a NaN or overflowing logit) divides through: a NaN row
-      const T inv = T(1) / t.l[r];
-      for (index_t c = 0; c < t.dv; ++c) o[c] = t.ot[r * t.dvp + c] * inv;
-    } else {
-      for (index_t c = 0; c < t.dv; ++c) o[c] = T(0);
-    }
-  }
-}
-
 /**
  * Query rows [i0, i0 + G) of the direct kernel, which reads K and V as they are (no packing):
  * decode steps and short query blocks, where packing K and V (a pass over both) would cost more
@@ -576,35 +366,190 @@ LRPE_ALWAYS_INLINE void finish_direct_rows(const direct_rows<G, T, A>& t, const 
  * sums are reduced W keys at a time (compat::haddp), bias and mask, the online softmax step per
  * row, then O = α·O + P V with each V row loaded once for the G rows. Keys after every row of
  * the group (causal, key positions an offset) are not read.
+ *
+ * One function on purpose (~180 lines): split into stages (the state in a struct, each stage
+ * an always-inline function), the same operations in the same order ran the 16384-key decode
+ * step 10-15 % slower on AVX-512 (bench/results/issue37-before-after.md#the-direct-softmax-kernel),
+ * where the tiled kernel above lost nothing. The stages are marked by comments instead.
  */
 template <index_t G, class T, class A, class Bias>
 void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>& q, const matrix_view<const T>& k,
                          T qscale, const Bias& bias, index_t i0, simd_workspace& ws) {
-  constexpr index_t BK = direct_rows<G, T, A>::BK;
-  direct_rows<G, T, A> t;
-  start_direct_rows(t, p, q, qscale, i0, ws);
+  using B = xsimd::batch<T, A>;
+  constexpr index_t W = static_cast<index_t>(B::size), BK = 4 * W, VU = 4;
+  constexpr T neg_inf = -std::numeric_limits<T>::infinity();
+  constexpr bool has_bias = !std::is_same_v<Bias, no_bias>;
+  const index_t d = q.cols, dv = p.v.cols, dw = d / W * W, dvw = dv / W * W, dvp = round_up(std::max<index_t>(dv, 1), W);
+  const index_t dp = round_up(std::max<index_t>(d, 1), W);
+  const bool k_offsets = !p.k_positions.is_array();
+
+  T* qt = ws.get<T>(simd_workspace::q_tile, G * dp);
+  T* st = ws.get<T>(simd_workspace::s_tile, G * BK);
+  T* ot = ws.get<T>(simd_workspace::o_tile, G * dvp);
+  position_t qpos[G];
+  T m[G], l[G], alpha[G];
+  for (index_t r = 0; r < G; ++r) {
+    const T* src = q.row(i0 + r);
+    for (index_t c = 0; c < d; ++c) qt[r * dp + c] = src[c] * qscale;
+    std::fill(qt + r * dp + d, qt + (r + 1) * dp, T(0));
+    std::fill(ot + r * dvp, ot + (r + 1) * dvp, T(0));
+    qpos[r] = p.q_positions[i0 + r];
+    m[r] = neg_inf;
+    l[r] = T(0);
+  }
   // causal with keys at k0, k0 + 1, …: the keys after the group's last query are never read
   index_t n_vis = p.nk;
-  if (p.causal && !p.k_positions.is_array() && p.nk > 0) {
-    position_t q_max = t.qpos[0];
-    for (index_t r = 1; r < G; ++r) q_max = std::max(q_max, t.qpos[r]);
+  if (p.causal && k_offsets && p.nk > 0) {
+    position_t q_max = qpos[0];
+    for (index_t r = 1; r < G; ++r) q_max = std::max(q_max, qpos[r]);
     n_vis = visible_prefix(q_max, p.k_positions[0], p.nk);
   }
+
   // K and V of the keys read past L2: the next block's V rows are prefetched, W of them per key
   // vector of the block (softmax_direct_prefetch_bytes)
   const bool prefetch =
-      static_cast<std::size_t>(n_vis) * static_cast<std::size_t>(t.d + t.dv) * sizeof(T) >= softmax_direct_prefetch_bytes;
+      static_cast<std::size_t>(n_vis) * static_cast<std::size_t>(d + dv) * sizeof(T) >= softmax_direct_prefetch_bytes;
 
   for (index_t j0 = 0; j0 < n_vis; j0 += BK) {
     const index_t bk = std::min(BK, n_vis - j0);
+    // S = Q̂Kᵀ: per key W partial sums, reduced W keys at a time; the K block stays in L1 for
+    // the group's other rows
     for (index_t r = 0; r < G; ++r) {
-      direct_row_scores(t, p, k, r, j0, bk, n_vis, prefetch);
-      direct_row_softmax(t, p, bias, r, j0, bk);
+      const T* qr = qt + r * dp;
+      T* sr = st + r * BK;
+      for (index_t u = 0; u * W < bk; ++u) {
+        if (prefetch && r == 0) {
+          const index_t jp = j0 + BK + u * W, je = std::min(jp + W, n_vis);
+          for (index_t j = jp; j < je; ++j) prefetch_row<3>(p.v.row(j), dv);
+        }
+        // W independent accumulators, one per key (a key past the block reads the block's last
+        // key; the mask below discards it)
+        const index_t last = bk - 1 - u * W;
+        const index_t ks = k.row_stride;
+        B part[W];
+        for (index_t jj = 0; jj < W; ++jj) part[jj] = B(T(0));
+        if (last >= W - 1) {
+          for (index_t c = 0; c < dw; c += W) {
+            const B qc = B::load_aligned(qr + c);
+            const T* kr = k.row(j0 + u * W) + c;
+            for (index_t jj = 0; jj < W; ++jj, kr += ks) part[jj] = compat::fma(qc, B::load_unaligned(kr), part[jj]);
+          }
+        } else {
+          for (index_t c = 0; c < dw; c += W) {
+            const B qc = B::load_aligned(qr + c);
+            for (index_t jj = 0; jj <= last; ++jj)
+              part[jj] = compat::fma(qc, B::load_unaligned(k.row(j0 + u * W + jj) + c), part[jj]);
+          }
+        }
+        compat::haddp(part).store_aligned(sr + u * W);
+      }
+      if (dw < d) {  // the last d mod W features
+        for (index_t j = 0; j < bk; ++j) {
+          const T* kr = k.row(j0 + j);
+          T t = 0;
+          for (index_t c = dw; c < d; ++c) t = lrpe::detail::mul_add(qr[c], kr[c], t);
+          sr[j] += t;
+        }
+      }
+      if constexpr (has_bias) {
+        for (index_t j = 0; j < bk; ++j) sr[j] += bias_log2<T>(bias->bias(qpos[r], p.k_positions[j0 + j]));
+      }
+      // mask: keys past the block and, when causal, keys after the row
+      index_t cut = bk;
+      if (p.causal && k_offsets) cut = visible_prefix(qpos[r], p.k_positions[j0], bk);
+      std::fill(sr + cut, sr + BK, neg_inf);
+      if (p.causal && !k_offsets) {
+        for (index_t j = 0; j < bk; ++j)
+          if (p.k_positions[j0 + j] > qpos[r]) sr[j] = neg_inf;
+      }
+      // online softmax step
+      B mx = B::load_aligned(sr);
+      for (index_t u = 1; u < 4; ++u) mx = xsimd::max(mx, B::load_aligned(sr + u * W));
+      const T m_new = std::max(m[r], compat::reduce_max(mx));
+      const T shift = m_new == neg_inf ? T(0) : m_new;  // nothing visible yet: P = 0, α = 0
+      const T a = std::exp2(m[r] - shift);
+      B sum(T(0));
+      for (index_t u = 0; u < 4; ++u) {
+        const B e = exp2_nonpositive<T, A>(B::load_aligned(sr + u * W) - B(shift));
+        e.store_aligned(sr + u * W);
+        sum += e;
+      }
+      l[r] = lrpe::detail::mul_add(a, l[r], compat::reduce_add(sum));
+      m[r] = m_new;
+      alpha[r] = a;
     }
-    if (direct_block_skips_zeros(t, p, j0, bk)) direct_pv<true>(t, p, j0, bk);
-    else direct_pv<false>(t, p, j0, bk);
+    // O = α·O + P V: VU column vectors of NR rows in registers, each V row loaded once per NR
+    // rows. With 16 vector registers NR ≤ 2: 4 rows' 16 accumulators and the 4 V vectors do
+    // not fit, and GCC kept accumulators on the stack (bench/results/tuning.md#softmax-direct-rows).
+    // SkipZero: leave out the products of zero weights (the block's values hold a NaN or ±∞)
+    const auto pv_rows = [&]<index_t NR, bool SkipZero>(std::integral_constant<index_t, NR>,
+                                                        std::bool_constant<SkipZero>,
+                                                        index_t r0) LRPE_ALWAYS_INLINE_LAMBDA {
+      for (index_t c0 = 0; c0 < dvw; c0 += VU * W) {
+        const index_t vu = std::min(VU, (dvw - c0) / W);
+        B acc[NR][VU];
+        for (index_t r = 0; r < NR; ++r)
+          for (index_t u = 0; u < VU; ++u)
+            acc[r][u] = u < vu ? B(alpha[r0 + r]) * B::load_aligned(ot + (r0 + r) * dvp + c0 + u * W) : B(T(0));
+        for (index_t j = 0; j < bk; ++j) {
+          const T* vr = p.v.row(j0 + j) + c0;
+          B vb[VU];
+          for (index_t u = 0; u < VU; ++u) vb[u] = u < vu ? B::load_unaligned(vr + u * W) : B(T(0));
+          for (index_t r = 0; r < NR; ++r) {
+            if constexpr (SkipZero) {
+              if (st[(r0 + r) * BK + j] == T(0)) continue;
+            }
+            const B pj(st[(r0 + r) * BK + j]);
+            for (index_t u = 0; u < VU; ++u) acc[r][u] = compat::fma(pj, vb[u], acc[r][u]);
+          }
+        }
+        for (index_t r = 0; r < NR; ++r)
+          for (index_t u = 0; u < vu; ++u) acc[r][u].store_aligned(ot + (r0 + r) * dvp + c0 + u * W);
+      }
+    };
+    // A zero weight (a masked key, a −∞ bias, an underflow) times a NaN or ±∞ value would reach
+    // its row (0·∞ = NaN): a block with both takes the products of nonzero weights only. The
+    // values are read for this only when one of the block's real keys (not its padding past
+    // bk) has a zero weight; otherwise the test costs a compare per weight vector.
+    bool zero_weight = false;
+    {
+      const index_t bkw = bk / W * W;
+      xsimd::batch_bool<T, A> zero_w(false);
+      for (index_t r = 0; r < G; ++r) {
+        for (index_t j = 0; j < bkw; j += W) zero_w = zero_w | (B::load_aligned(st + r * BK + j) == B(T(0)));
+        for (index_t j = bkw; j < bk; ++j) zero_weight = zero_weight || st[r * BK + j] == T(0);
+      }
+      zero_weight = zero_weight || xsimd::any(zero_w);
+    }
+    bool skip_zero = false;
+    for (index_t j = 0; zero_weight && j < bk && !skip_zero; ++j) skip_zero = !all_finite<T, A>(p.v.row(j0 + j), dv);
+    constexpr index_t GR = wide_register_file<A> ? G : std::min<index_t>(G, 2);
+    const auto pv_all = [&]<bool SkipZero>(std::bool_constant<SkipZero> skip) LRPE_ALWAYS_INLINE_LAMBDA {
+      for (index_t r0 = 0; r0 + GR <= G; r0 += GR) pv_rows(std::integral_constant<index_t, GR>{}, skip, r0);
+      if constexpr (G % GR != 0) pv_rows(std::integral_constant<index_t, G % GR>{}, skip, G - G % GR);
+      // the last dv mod W columns (mul_add: the same rounding in both variants)
+      for (index_t c = dvw; c < dv; ++c) {
+        for (index_t r = 0; r < G; ++r) {
+          T o = alpha[r] * ot[r * dvp + c];
+          for (index_t j = 0; j < bk; ++j)
+            if (!SkipZero || st[r * BK + j] != T(0)) o = lrpe::detail::mul_add(st[r * BK + j], p.v.row(j0 + j)[c], o);
+          ot[r * dvp + c] = o;
+        }
+      }
+    };
+    if (skip_zero) pv_all(std::true_type{});
+    else pv_all(std::false_type{});
   }
-  finish_direct_rows(t, p);
+
+  for (index_t r = 0; r < G; ++r) {
+    T* o = p.out.row(i0 + r);
+    if (l[r] != T(0)) {  // NaN (a NaN or overflowing logit) divides through: a NaN row
+      const T inv = T(1) / l[r];
+      for (index_t c = 0; c < dv; ++c) o[c] = ot[r * dvp + c] * inv;
+    } else {
+      for (index_t c = 0; c < dv; ++c) o[c] = T(0);
+    }
+  }
 }
 
 /// The direct kernel over all rows, G = 4 at a time (on the pool when there are several groups).
