@@ -21,10 +21,20 @@
  *
  * Primary templates are the fallbacks: a P without a kernel is applied by its own (scalar)
  * `apply`; a Λ without a kernel makes the whole encoder take the reference path.
+ *
+ * The kernels here are written with xsimd for every arch. Where an ISA has a faster way (a row
+ * permuted in AVX-512 registers, AVX2 inserts instead of gathers, in-lane rotation shuffles),
+ * a kernel calls a hook with its arch tag, and overload resolution picks the ISA's version in
+ * isa/avx512.hpp or isa/avx2.hpp, or the do-nothing one of isa/generic.hpp. No intrinsics and
+ * no `#if` on the instruction set in this file.
  */
 #pragma once
 
+#include <lrpe/backend/simd/detail/isa/avx2.hpp>
+#include <lrpe/backend/simd/detail/isa/avx512.hpp>
+#include <lrpe/backend/simd/detail/isa/generic.hpp>
 #include <lrpe/backend/simd/detail/prefetch.hpp>
+#include <lrpe/backend/simd/detail/row_basics.hpp>
 #include <lrpe/backend/simd/lambda_kernel.hpp>
 #include <lrpe/backend/simd/sincos.hpp>
 #include <lrpe/backend/simd/xsimd_compat.hpp>
@@ -54,89 +64,6 @@ inline namespace v0 {
 namespace backend {
 namespace simd_detail {
 
-/// T has xsimd batches (float, double).
-template <class T>
-inline constexpr bool simd_scalar_v = std::is_same_v<T, float> || std::is_same_v<T, double>;
-
-/// The signed integer of T's width: gather indices (int32 for float, int64 for double).
-template <class T>
-using index_of_t = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
-
-template <class T>
-inline void copy_row(const T* x, T* y, index_t n) noexcept {
-  if (n > 0) std::memcpy(y, x, static_cast<std::size_t>(n) * sizeof(T));
-}
-
-/// Calls f(std::integral_constant<int, K>{}) for the K of Ks equal to k: a run-time width
-/// picks a kernel unrolled at compile time. False when k is none of Ks.
-template <int... Ks, class F>
-LRPE_ALWAYS_INLINE bool with_constant(index_t k, F&& f) {
-  return ((k == Ks ? (f(std::integral_constant<int, Ks>{}), true) : false) || ...);
-}
-
-/// Generator of the pair-swap shuffle (0,1,2,3,…) → (1,0,3,2,…).
-struct swap_pairs_mask {
-  static constexpr unsigned get(unsigned i, unsigned) { return i ^ 1u; }
-};
-/// Generator of the duplicating shuffle (0,1,2,…) → (0,0,1,1,2,2,…).
-struct dup_lo_mask {
-  static constexpr unsigned get(unsigned i, unsigned) { return i / 2; }
-};
-
-/// Stores a whole batch: non-temporally (p aligned to the batch) when Stream, else unaligned.
-template <bool Stream, class T, class Arch>
-inline void store(const xsimd::batch<T, Arch>& v, T* p) noexcept {
-  if constexpr (Stream) compat::store_stream(v, p);
-  else v.store_unaligned(p);
-}
-
-// ============================================================================ row maps
-
-/**
- * A row map is a P of the form P x = x + μ(x)·v (μ a scalar per row) that a Λ kernel applies
- * as it loads each row, so that no P-transformed copy of the row is written or read back:
- * x + μv is formed in registers (μ's dot product reads the row first; the second read hits
- * L1). `begin_rows(x, xs, cnt, st)` computes the states (μ) of up to
- * `rows_per_begin` rows at once (a Householder map sums `rows_per_begin` dot products with
- * one parallel horizontal add); `map(st, j, xv)` maps the vector of features j … j + w − 1
- * and `map1(st, j, x_j)` one feature. `for_each_mapped_row` drives it. `identity_map` is
- * P = I: every call compiles away.
- */
-template <class Arch, class T>
-struct identity_map {
-  using b = xsimd::batch<T, Arch>;
-  static constexpr bool trivial = true;
-  static constexpr index_t rows_per_begin = 1;
-  struct row_state {};
-  LRPE_ALWAYS_INLINE void begin_rows(const T*, index_t, index_t, row_state*) const noexcept {}
-  LRPE_ALWAYS_INLINE b map(row_state, index_t, b x) const noexcept { return x; }
-  LRPE_ALWAYS_INLINE T map1(row_state, index_t, T x) const noexcept { return x; }
-};
-
-/// f(r, state of row r) for the m rows of x (d features, rows xs apart), states computed a
-/// group at a time, inputs prefetched `mapped_prefetch_rows` ahead.
-template <class Map, class T, class F>
-LRPE_ALWAYS_INLINE void for_each_mapped_row(const Map& map, const T* x, index_t xs, index_t d, index_t m, F&& f) {
-  constexpr index_t g = Map::rows_per_begin;
-  typename Map::row_state st[g];
-  for (index_t r0 = 0; r0 < m; r0 += g) {
-    const index_t cnt = std::min(g, m - r0);
-    map.begin_rows(x + r0 * xs, xs, cnt, st);
-    for (index_t r = 0; r < cnt; ++r) {
-      if (r0 + r + mapped_prefetch_rows < m) prefetch_row(x + (r0 + r + mapped_prefetch_rows) * xs, d);
-      f(r0 + r, st[r]);
-    }
-  }
-}
-
-/// Features [from, d) of row x, mapped, into y (the pass-through tail of a partial Λ).
-template <class Map, class T>
-LRPE_ALWAYS_INLINE void map_copy(const Map& map, const typename Map::row_state& st, const T* x, T* y, index_t from,
-                                 index_t d) noexcept {
-  if constexpr (Map::trivial) copy_row(x + from, y + from, d - from);
-  else
-    for (index_t j = from; j < d; ++j) y[j] = map.map1(st, j, x[j]);
-}
 
 /**
  * y[j] = x[idx[j]] for j < d (0 ≤ idx[j] < d): the row permutation of permutation P and of
@@ -149,169 +76,18 @@ LRPE_ALWAYS_INLINE void map_copy(const Map& map, const typename Map::row_state& 
  * (bench/results/tuning.md#avx512-register-permute). Elsewhere (and for wider rows) vector
  * gathers. Stream: full output vectors are stored non-temporally (y aligned to the vector).
  */
-#if defined(__AVX512F__)
-template <class T>
-struct avx512_permute;
-template <>
-struct avx512_permute<float> {
-  using reg = __m512;
-  using mask = __mmask16;
-  static constexpr index_t lanes = 16;
-  static mask first(index_t n) noexcept { return static_cast<mask>((1u << n) - 1u); }
-  static reg load(const float* p, index_t n) noexcept { return n >= lanes ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(first(n), p); }
-  static __m512i load_index(const std::int32_t* p, index_t n) noexcept {
-    return n >= lanes ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi32(first(n), p);
-  }
-  static reg pick(reg a, __m512i ix, reg b) noexcept { return _mm512_permutex2var_ps(a, ix, b); }
-  static reg merge_from(reg r, __m512i ix, index_t bound, reg t) noexcept {
-    return _mm512_mask_mov_ps(r, _mm512_cmpge_epi32_mask(ix, _mm512_set1_epi32(static_cast<int>(bound))), t);
-  }
-  static void store_part(float* p, reg v, index_t n) noexcept { _mm512_mask_storeu_ps(p, first(n), v); }
-  static reg fmadd(reg a, reg b, reg c) noexcept { return _mm512_fmadd_ps(a, b, c); }
-  static reg set1(float a) noexcept { return _mm512_set1_ps(a); }
-  static float sum(reg a) noexcept { return _mm512_reduce_add_ps(a); }
-};
-template <>
-struct avx512_permute<double> {
-  using reg = __m512d;
-  using mask = __mmask8;
-  static constexpr index_t lanes = 8;
-  static mask first(index_t n) noexcept { return static_cast<mask>((1u << n) - 1u); }
-  static reg load(const double* p, index_t n) noexcept { return n >= lanes ? _mm512_loadu_pd(p) : _mm512_maskz_loadu_pd(first(n), p); }
-  static __m512i load_index(const std::int64_t* p, index_t n) noexcept {
-    return n >= lanes ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi64(first(n), p);
-  }
-  static reg pick(reg a, __m512i ix, reg b) noexcept { return _mm512_permutex2var_pd(a, ix, b); }
-  static reg merge_from(reg r, __m512i ix, index_t bound, reg t) noexcept {
-    return _mm512_mask_mov_pd(r, _mm512_cmpge_epi64_mask(ix, _mm512_set1_epi64(bound)), t);
-  }
-  static void store_part(double* p, reg v, index_t n) noexcept { _mm512_mask_storeu_pd(p, first(n), v); }
-  static reg fmadd(reg a, reg b, reg c) noexcept { return _mm512_fmadd_pd(a, b, c); }
-  static reg set1(double a) noexcept { return _mm512_set1_pd(a); }
-  static double sum(reg a) noexcept { return _mm512_reduce_add_pd(a); }
-};
-
-/// The output half of the register permute: y[j] = row[idx[j]], the row in 2·Pairs registers.
-template <int Pairs, bool Stream, class Arch, class T>
-LRPE_ALWAYS_INLINE void store_permuted(const typename avx512_permute<T>::reg* v, const index_of_t<T>* idx, T* y,
-                                       index_t d) noexcept {
-  using ops = avx512_permute<T>;
-  using b = xsimd::batch<T, Arch>;
-  constexpr index_t L = ops::lanes;
-  for (index_t j = 0; j < d; j += L) {
-    const index_t n = std::min<index_t>(L, d - j);
-    const __m512i ix = ops::load_index(idx + j, n);
-    auto r = ops::pick(v[0], ix, v[1]);
-    for (int p = 1; p < Pairs; ++p) r = ops::merge_from(r, ix, 2 * p * L, ops::pick(v[2 * p], ix, v[2 * p + 1]));
-    if (n == L) store<Stream>(b(r), y + j);
-    else ops::store_part(y + j, r, n);
-  }
-}
-
-/// The register permute with `Pairs` pairs of input vectors (d ≤ 2·Pairs·lanes).
-/// With a row map, the row is mapped as it is loaded: y[j] = (P x)[idx[j]].
-template <int Pairs, bool Stream, class Arch, class T, class Map = identity_map<Arch, T>>
-LRPE_ALWAYS_INLINE void permute_row_registers(const T* x, const index_of_t<T>* idx, T* y, index_t d,
-                                              const Map& map = {}, typename Map::row_state st = {}) noexcept {
-  using ops = avx512_permute<T>;
-  using b = xsimd::batch<T, Arch>;
-  constexpr index_t L = ops::lanes;
-  typename ops::reg v[2 * Pairs];
-  // Fully unrolled, or v[] lives on the stack (GCC stops unrolling this loop once the row map
-  // makes its body longer), which measured slower (bench/results/tuning.md#permute-registers-unroll).
-#pragma GCC unroll 8
-  for (int i = 0; i < 2 * Pairs; ++i) {
-    const index_t left = d - i * L;
-    if constexpr (Map::trivial) {
-      v[i] = left > 0 ? ops::load(x + i * L, left) : typename ops::reg{};
-    } else if (left >= L) {
-      v[i] = map.map(st, i * L, b(ops::load(x + i * L, L)));
-    } else if (left > 0) {  // partial vector: mapped feature by feature
-      alignas(sizeof(b)) T part[L] = {};
-      for (index_t j = 0; j < left; ++j) part[j] = map.map1(st, i * L + j, x[i * L + j]);
-      v[i] = ops::load(part, L);
-    } else {
-      v[i] = typename ops::reg{};
-    }
-  }
-  store_permuted<Pairs, Stream, Arch, T>(v, idx, y, d);
-}
-
-/**
- * y_r[j] = (x_r − 2(v·x_r)v)[idx_r[j]] for m rows, d = K vectors exactly (K ≤ 8): v in K
- * registers for all rows, x + μv formed in registers, then the register permute — the
- * Householder·permutation-power chain (Type 4) without a scratch row or reloads of v.
- */
-template <int K, bool Stream, class Arch, class T>
-void reflect_permute_rows(const T* v, const index_of_t<T>* table, index_t tw, const T* x, index_t xs, T* y,
-                          index_t ys, index_t m, index_t d) noexcept {
-  using ops = avx512_permute<T>;
-  constexpr index_t L = ops::lanes;
-  constexpr int Pairs = (K + 1) / 2;
-  typename ops::reg vv[K];
-#pragma GCC unroll 8
-  for (int k = 0; k < K; ++k) vv[k] = ops::load(v + k * L, L);
-  // Groups of L rows: their μ by one parallel horizontal add (`compat::haddp`, ~2 shuffles per
-  // row next to the permute's 8; faster than a horizontal sum per row:
-  // bench/results/tuning.md#reflect-permute-haddp); x is read twice, the second time from L1.
-  // The last group of cnt < L rows takes the same sum order, its missing rows zero, so that a
-  // row's μ (and output) does not depend on how many rows its call has: a BSNH run of H heads
-  // at one position and a BNSH head of n rows give the same bits (a horizontal sum per leftover
-  // row did not: test_simd_encode, AVX-512 only).
-  using bt = xsimd::batch<T, Arch>;
-  const auto group = [&](index_t r, index_t cnt) LRPE_ALWAYS_INLINE_LAMBDA {
-    bt acc[L];
-#pragma GCC unroll 16
-    for (index_t i = 0; i < L; ++i) {
-      if (i < cnt) {
-        const T* xr = x + (r + i) * xs;
-        typename ops::reg a = ops::fmadd(ops::load(xr, L), vv[0], typename ops::reg{});
-#pragma GCC unroll 8
-        for (int k = 1; k < K; ++k) a = ops::fmadd(ops::load(xr + k * L, L), vv[k], a);
-        acc[i] = bt(a);
-      } else {
-        acc[i] = bt(T(0));
-      }
-    }
-    alignas(64) T mus[L];
-    (T(-2) * compat::haddp(acc)).store_aligned(mus);
-    for (index_t i = 0; i < cnt; ++i) {
-      if (r + i + mapped_prefetch_rows < m) prefetch_row(x + (r + i + mapped_prefetch_rows) * xs, d);
-      const T* xr = x + (r + i) * xs;
-      typename ops::reg q[2 * Pairs];
-      const auto mu = ops::set1(mus[i]);
-#pragma GCC unroll 8
-      for (int k = 0; k < K; ++k) q[k] = ops::fmadd(mu, vv[k], ops::load(xr + k * L, L));
-      if constexpr (K < 2 * Pairs) q[K] = typename ops::reg{};
-      store_permuted<Pairs, Stream, Arch, T>(q, table + (r + i) * tw, y + (r + i) * ys, d);
-    }
-  };
-  index_t r = 0;
-  for (; r + L <= m; r += L) group(r, L);
-  if (r < m) group(r, m - r);
-}
-#endif
 
 template <bool Stream, class Arch, class T, class Map = identity_map<Arch, T>>
 LRPE_ALWAYS_INLINE void permute_row(const T* x, const index_of_t<T>* idx, T* y, index_t d, const Map& map = {},
                                     typename Map::row_state st = {}) noexcept {
-#if defined(__AVX512F__)
-  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
-    constexpr index_t L = avx512_permute<T>::lanes;
-    if (d <= 2 * L) return permute_row_registers<1, Stream, Arch>(x, idx, y, d, map, st);
-    if (d <= 4 * L) return permute_row_registers<2, Stream, Arch>(x, idx, y, d, map, st);
-    if (d <= 6 * L) return permute_row_registers<3, Stream, Arch>(x, idx, y, d, map, st);
-    if (d <= 8 * L) return permute_row_registers<4, Stream, Arch>(x, idx, y, d, map, st);
-  }
-#endif
+  if (permute_in_registers_avx512<Stream, Arch>(Arch{}, x, idx, y, d, map, st)) return;
   using b = xsimd::batch<T, Arch>;
   using ib = xsimd::batch<index_of_t<T>, Arch>;
   constexpr index_t w = static_cast<index_t>(b::size);
   if constexpr (!Map::trivial) {
-#if defined(__AVX2__)
     // AVX2: the mapped row formed by vectors on the stack, then permuted by lane loads (below)
     constexpr index_t max_row = 256;
-    if constexpr (std::is_base_of_v<xsimd::avx2, Arch>) {
+    if constexpr (avx2_kernels && std::is_base_of_v<xsimd::avx2, Arch>) {
       if (d <= max_row) {
         alignas(64) T row[max_row];
         index_t c = 0;
@@ -320,26 +96,10 @@ LRPE_ALWAYS_INLINE void permute_row(const T* x, const index_of_t<T>* idx, T* y, 
         return permute_row<Stream, Arch>(row, idx, y, d);
       }
     }
-#endif
     for (index_t j = 0; j < d; ++j) y[j] = map.map1(st, idx[j], x[idx[j]]);  // feature by feature
     return;
   }
-  index_t j = 0;
-#if defined(__AVX2__)
-  if constexpr (std::is_base_of_v<xsimd::avx2, Arch>) {
-    // AVX2: w scalar loads inserted into a vector. vgatherdps measured slower, in L1 and
-    // streaming from DRAM (bench/results/tuning.md#avx2-permute-inserts), and Intel's Gather Data
-    // Sampling microcode slows gathers on the cores it covers.
-    for (; j + w <= d; j += w) {
-      const index_of_t<T>* i = idx + j;
-      if constexpr (std::is_same_v<T, float>) {
-        store<Stream>(b(_mm256_setr_ps(x[i[0]], x[i[1]], x[i[2]], x[i[3]], x[i[4]], x[i[5]], x[i[6]], x[i[7]])), y + j);
-      } else {
-        store<Stream>(b(_mm256_setr_pd(x[i[0]], x[i[1]], x[i[2]], x[i[3]])), y + j);
-      }
-    }
-  }
-#endif
+  index_t j = permute_by_inserts_avx2<Stream, Arch>(Arch{}, x, idx, y, 0, d);
   for (; j + w <= d; j += w) store<Stream>(compat::gather(x, ib::load_unaligned(idx + j)), y + j);
   for (; j < d; ++j) y[j] = x[idx[j]];
 }
@@ -348,11 +108,7 @@ LRPE_ALWAYS_INLINE void permute_row(const T* x, const index_of_t<T>* idx, T* y, 
 /// permute, which no scalar loop approaches).
 template <class Arch>
 inline constexpr bool byte_permute_v =
-#if defined(__AVX2__)
-    std::is_base_of_v<xsimd::avx2, Arch> && !std::is_base_of_v<xsimd::avx512f, Arch>;
-#else
-    false;
-#endif
+    avx2_kernels && std::is_base_of_v<xsimd::avx2, Arch> && !std::is_base_of_v<xsimd::avx512f, Arch>;
 
 /// dst[j] = src[j]: byte table rows widened to the entries the other permute kernels read.
 template <class Entry>
@@ -370,36 +126,10 @@ LRPE_ALWAYS_INLINE void widen_indices(const std::uint8_t* src, Entry* dst, index
  * each entry.
  */
 template <class Arch>
-LRPE_ALWAYS_INLINE void lookup_bytes(const std::uint8_t* lut, [[maybe_unused]] index_t lut_size, const std::uint8_t* in,
+LRPE_ALWAYS_INLINE void lookup_bytes(const std::uint8_t* lut, index_t lut_size, const std::uint8_t* in,
                                      std::uint8_t* out, index_t d) noexcept {
   index_t j = 0;
-#if defined(__AVX2__)
-  if constexpr (byte_permute_v<Arch>) {
-    const index_t chunks = (lut_size + 15) / 16;  // ≤ 16
-    const __m256i low = _mm256_set1_epi8(0x0F);
-    for (; j + 32 <= d; j += 32) {
-      const __m256i iv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + j));
-      const __m256i lo = _mm256_and_si256(iv, low);
-      __m256i part[16];
-      for (index_t k = 0; k < chunks; ++k)
-        part[k] = _mm256_shuffle_epi8(
-            _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lut + 16 * k))), lo);
-      // level b merges pairs by index bit 4 + b, moved to each byte's sign bit (16-bit shifts
-      // move no other byte's bit there)
-      index_t n = chunks;
-      for (int b = 0; n > 1; ++b) {
-        const __m256i sel = b == 0 ? _mm256_slli_epi16(iv, 3)
-                          : b == 1 ? _mm256_slli_epi16(iv, 2)
-                          : b == 2 ? _mm256_slli_epi16(iv, 1)
-                                   : iv;
-        for (index_t k = 0; k < n / 2; ++k) part[k] = _mm256_blendv_epi8(part[2 * k], part[2 * k + 1], sel);
-        if (n % 2 != 0) part[n / 2] = part[n - 1];
-        n = (n + 1) / 2;
-      }
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), part[0]);
-    }
-  }
-#endif
+  if constexpr (byte_permute_v<Arch>) j = lookup_bytes_avx2(Arch{}, lut, lut_size, in, out, d);
   for (; j < d; ++j) out[j] = lut[in[j]];
 }
 
@@ -794,34 +524,6 @@ struct l_kernel<Arch, lambda::identity<T>> {
   index_t d_;
 };
 
-#if defined(__AVX2__)
-/// AVX2: lo, hi = the first and second w lanes of (a0, b0, a1, b1, …), by an in-lane unpack pair
-/// and two 128-bit lane selects.
-template <class T, class Arch>
-LRPE_ALWAYS_INLINE void interleave_avx2(const xsimd::batch<T, Arch>& a, const xsimd::batch<T, Arch>& b,
-                                        xsimd::batch<T, Arch>& lo, xsimd::batch<T, Arch>& hi) noexcept {
-  if constexpr (std::is_same_v<T, float>) {
-    const __m256 l = _mm256_unpacklo_ps(a, b), h = _mm256_unpackhi_ps(a, b);
-    lo = _mm256_permute2f128_ps(l, h, 0x20);
-    hi = _mm256_permute2f128_ps(l, h, 0x31);
-  } else {
-    const __m256d l = _mm256_unpacklo_pd(a, b), h = _mm256_unpackhi_pd(a, b);
-    lo = _mm256_permute2f128_pd(l, h, 0x20);
-    hi = _mm256_permute2f128_pd(l, h, 0x31);
-  }
-}
-#endif
-
-#if defined(__AVX2__)
-/// x, kept in a register: without the empty asm GCC folds the load of x into both the pair
-/// swap and the FMA that read it, two loads per vector where the load ports are the
-/// rotation's limit (bench/results/tuning.md#rotation-one-load).
-LRPE_ALWAYS_INLINE __m256 one_load(__m256 x) noexcept {
-  asm("" : "+x"(x));
-  return x;
-}
-#endif
-
 /// Rotation blocks in either pairing. Table row: C[half] | S[half] | w − 1 pad (both pairings;
 /// on AVX2 float, interleaved, C and S by blocks of 8 in lane order: `lane_ordered`).
 template <class Arch, class T>
@@ -845,12 +547,7 @@ struct l_kernel<Arch, lambda::rotation<T>> {
   /// and an in-lane `unpacklo`/`unpackhi` with itself give the duplicated c of two
   /// consecutive vectors of x — (c0, c0, …, c3, c3) and (c4, c4, …, c7, c7) — where the
   /// natural order took a 128-bit broadcast load and a `vpermilps` per vector.
-#if defined(__AVX2__) && defined(__FMA__)
-  static constexpr bool lane_ordered = std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx2, Arch> &&
-                                       !std::is_base_of_v<xsimd::avx512f, Arch>;
-#else
-  static constexpr bool lane_ordered = false;
-#endif
+  static constexpr bool lane_ordered = lane_ordered_rotation_v<Arch, T>;
   /// Keeps table rows in natural order (a caller that reads C | S as contiguous vectors: the
   /// odd-even fold of Types 5/6).
   void natural_order() noexcept { lane_order_ = false; }
@@ -900,28 +597,10 @@ struct l_kernel<Arch, lambda::rotation<T>> {
       if (e < d_)
         for (index_t r = 0; r < m; ++r) copy_row(x + r * xs + e, y + r * ys + e, d_ - e);
     } else {
-#if defined(__AVX512F__)
-      if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, Arch> &&
-                    requires { map.reflector(); }) {
-        if (interleaved_ && e == d_ && d_ % 16 == 0 && d_ <= 128) {
-          const T* v = map.reflector();
-          with_constant<1, 2, 3, 4, 5, 6, 7, 8>(d_ / 16, [&](auto k) {
-            reflect_rotate_rows<decltype(k)::value, Stream>(v, table, tw, x, xs, y, ys, m);
-          });
-          return;
-        }
+      if (interleaved_) {
+        if (rotate_rows_reflected_avx512<Stream, Arch>(Arch{}, map, shape(), table, tw, x, xs, y, ys, m)) return;
+        if (rotate_rows_mapped_avx2<Stream, Arch>(Arch{}, map, shape(), table, tw, x, xs, y, ys, m)) return;
       }
-#endif
-#if defined(__AVX2__) && defined(__FMA__)
-      if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx2, Arch>) {
-        if (interleaved_ && e == d_ && d_ % 8 == 0 && d_ <= 128) {
-          if (with_constant<1, 2, 4, 8, 16>(d_ / 8, [&](auto k) {
-                mapped_interleaved_rows<decltype(k)::value, Stream>(table, tw, x, xs, y, ys, m, map);
-              }))
-            return;
-        }
-      }
-#endif
       for_each_mapped_row(map, x, xs, d_, m, [&](index_t r, const typename Map::row_state& st) LRPE_ALWAYS_INLINE_LAMBDA {
         const T* xr = x + r * xs;
         T* yr = y + r * ys;
@@ -932,96 +611,12 @@ struct l_kernel<Arch, lambda::rotation<T>> {
     }
   }
 
-#if defined(__AVX2__) && defined(__FMA__)
-  /// Interleaved rotation of every feature after a row map, AVX2 float, d = 8·K: the rotation
-  /// of `rotate_interleaved` unrolled over the K vectors of a row.
-  template <int K, bool Stream, class Map>
-  void mapped_interleaved_rows(const entry* table, index_t tw, const T* x, index_t xs, T* y, index_t ys, index_t m,
-                               const Map& map_ref) const noexcept {
-    // A local copy of the map (its v pointer) and of the half width: the vector stores are
-    // may_alias, so members read through a reference are reloaded after every store.
-    const Map map = map_ref;
-    const index_t half = half_;
-    const bool lane_order = lane_order_;
-    const __m256i dup_idx = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
-    for_each_mapped_row(map, x, xs, d_, m, [&](index_t r, const typename Map::row_state& st) LRPE_ALWAYS_INLINE_LAMBDA {
-      const T* xr = x + r * xs;
-      T* yr = y + r * ys;
-      const T* c = table + r * tw;
-      const T* s = c + half;
-      if constexpr (lane_ordered && K % 2 == 0) {
-        if (lane_order) {
-#pragma GCC unroll 8
-          for (int k = 0; k < K; k += 2) rotate_lane_block<Stream>(c, s, xr, yr, 8 * k, map, st);
-          return;
-        }
-      }
-#pragma GCC unroll 16
-      for (int k = 0; k < K; ++k) {
-        const index_t i = 8 * k;
-        const __m256 xv = one_load(map.map(st, i, b(_mm256_loadu_ps(xr + i))));
-        const __m256 xsw = _mm256_permute_ps(xv, 0xB1);
-        const __m256 cv = _mm256_permutevar_ps(_mm256_broadcast_ps(reinterpret_cast<const __m128*>(c + i / 2)), dup_idx);
-        const __m256 sv = _mm256_permutevar_ps(_mm256_broadcast_ps(reinterpret_cast<const __m128*>(s + i / 2)), dup_idx);
-        store<Stream>(b(_mm256_fmaddsub_ps(xv, cv, _mm256_mul_ps(xsw, sv))), yr + i);
-      }
-    });
-  }
-#endif
-
-#if defined(__AVX512F__)
-  /**
-   * Λ(x − 2(v·x)v) for interleaved rotation of every feature, d = 16·K float (AVX-512), with the
-   * whole row in registers: v is loaded once into K registers for all m rows; each row is
-   * loaded once, its μ = −2 v·x is one horizontal sum, and x + μv feeds the rotation without
-   * leaving registers: no second read of x and no reload of v, where the generic row map
-   * reloads both per vector (bench/results/tuning.md#reflect-rotate-rows).
-   */
-  template <int K, bool Stream>
-  void reflect_rotate_rows(const T* v, const entry* table, index_t tw, const T* x, index_t xs, T* y, index_t ys,
-                           index_t m) const noexcept {
-    const __m512i dup_idx = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-    __m512 vv[K];
-#pragma GCC unroll 8
-    for (int k = 0; k < K; ++k) vv[k] = _mm512_loadu_ps(v + 16 * k);
-    for (index_t r = 0; r < m; ++r) {
-      if (r + mapped_prefetch_rows < m) prefetch_row(x + (r + mapped_prefetch_rows) * xs, d_);
-      const T* xr = x + r * xs;
-      const T* c = table + r * tw;
-      const T* s = c + half_;
-      T* yr = y + r * ys;
-      __m512 q[K];
-#pragma GCC unroll 8
-      for (int k = 0; k < K; ++k) q[k] = _mm512_loadu_ps(xr + 16 * k);
-      __m512 a0 = _mm512_mul_ps(q[0], vv[0]), a1 = _mm512_setzero_ps();
-#pragma GCC unroll 8
-      for (int k = 1; k < K; ++k) {
-        if (k % 2) a1 = _mm512_fmadd_ps(q[k], vv[k], a1);
-        else a0 = _mm512_fmadd_ps(q[k], vv[k], a0);
-      }
-      const __m512 mu = _mm512_set1_ps(T(-2) * _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)));
-#pragma GCC unroll 8
-      for (int k = 0; k < K; ++k) {
-        const __m512 xv = _mm512_fmadd_ps(mu, vv[k], q[k]);
-        const __m512 cv = _mm512_permutexvar_ps(dup_idx, _mm512_castps256_ps512(_mm256_loadu_ps(c + 8 * k)));
-        const __m512 sv = _mm512_permutexvar_ps(dup_idx, _mm512_castps256_ps512(_mm256_loadu_ps(s + 8 * k)));
-        store<Stream>(b(_mm512_fmaddsub_ps(xv, cv, _mm512_mul_ps(_mm512_permute_ps(xv, 0xB1), sv))), yr + 16 * k);
-      }
-    }
-  }
-#endif
-
   /// True when `apply_rows_odd_even` runs for width d: interleaved pairs, d even, AVX-512 float
   /// or AVX2.
-  [[nodiscard]] bool folds_odd_even([[maybe_unused]] index_t d) const noexcept {
-#if defined(__AVX512F__)
-    if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, Arch>)
-      return interleaved_ && d == d_ && d % 2 == 0;
-#endif
-#if defined(__AVX2__) && defined(__FMA__)
-    if constexpr (std::is_base_of_v<xsimd::avx2, Arch>) return interleaved_ && d == d_ && d % 2 == 0;
-#endif
-    return false;
+  [[nodiscard]] bool folds_odd_even(index_t d) const noexcept {
+    constexpr bool folds = (avx512_kernels && std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, Arch>) ||
+                           (avx2_fma_kernels && std::is_base_of_v<xsimd::avx2, Arch>);
+    return folds && interleaved_ && d == d_ && d % 2 == 0;
   }
 
   /**
@@ -1041,33 +636,8 @@ struct l_kernel<Arch, lambda::rotation<T>> {
       const T* xa = x + r * xs;
       const T* xb = xa + h;
       T* out = y + r * ys;
-      index_t k = 0;
-#if defined(__AVX512F__)
-      if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, Arch>) {
-        const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-        const __m512i hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
-        for (; k + 16 <= half_; k += 16) {
-          const __m512 a = _mm512_loadu_ps(xa + k), bb = _mm512_loadu_ps(xb + k);
-          const __m512 cv = _mm512_loadu_ps(c + k), sv = _mm512_loadu_ps(s + k);
-          const __m512 ya = _mm512_fmsub_ps(a, cv, _mm512_mul_ps(bb, sv));
-          const __m512 yb = _mm512_fmadd_ps(bb, cv, _mm512_mul_ps(a, sv));
-          store<Stream>(b(_mm512_permutex2var_ps(ya, lo, yb)), out + 2 * k);
-          store<Stream>(b(_mm512_permutex2var_ps(ya, hi, yb)), out + 2 * k + 16);
-        }
-      }
-#endif
-#if defined(__AVX2__) && defined(__FMA__)
-      if constexpr (std::is_base_of_v<xsimd::avx2, Arch>) {
-        for (; k + w <= half_; k += w) {
-          const b a = b::load_unaligned(xa + k), bb = b::load_unaligned(xb + k);
-          const b cv = b::load_unaligned(c + k), sv = b::load_unaligned(s + k);
-          b lo, hi;
-          interleave_avx2(compat::fms(a, cv, bb * sv), compat::fma(bb, cv, a * sv), lo, hi);
-          store<Stream>(lo, out + 2 * k);
-          store<Stream>(hi, out + 2 * k + w);
-        }
-      }
-#endif
+      index_t k = rotate_odd_even_avx512<Stream, Arch>(Arch{}, c, s, xa, xb, out, 0, half_);
+      k = rotate_odd_even_avx2<Stream, Arch>(Arch{}, c, s, xa, xb, out, k, half_);
       for (; k < half_; ++k) {
         const T a = xa[k], bb = xb[k];
         out[2 * k] = lrpe::detail::mul_add(a, c[k], -(bb * s[k]));
@@ -1091,52 +661,8 @@ struct l_kernel<Arch, lambda::rotation<T>> {
     const xsimd::batch<as_unsigned_t, Arch> sign_bits =
         xsimd::make_batch_constant<xsimd::batch<as_unsigned_t, Arch>, even_sign_mask>();
     const b neg_even = xsimd::bitwise_cast<b>(sign_bits);
-    index_t i = 0;
-#if defined(__AVX512F__)
-    if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, Arch>) {
-      // The same with cheaper shuffles: an in-lane pair swap (vpermilps), c and s loaded as
-      // 8-wide halves, and fmaddsub for the signs.
-      const __m512i dup_idx = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-      for (; i + 16 <= e; i += 16) {
-        const __m512 xv = map.map(st, i, b(_mm512_loadu_ps(x + i)));
-        const __m512 xs = _mm512_permute_ps(xv, 0xB1);
-        const __m512 cv = _mm512_permutexvar_ps(dup_idx, _mm512_castps256_ps512(_mm256_loadu_ps(c + i / 2)));
-        const __m512 sv = _mm512_permutexvar_ps(dup_idx, _mm512_castps256_ps512(_mm256_loadu_ps(s + i / 2)));
-        store<Stream>(b(_mm512_fmaddsub_ps(xv, cv, _mm512_mul_ps(xs, sv))), y + i);
-      }
-    }
-#endif
-#if defined(__AVX2__) && defined(__FMA__)
-    if constexpr (std::is_base_of_v<xsimd::avx2, Arch>) {
-      // AVX2: the generic loop's three cross-lane vpermps per vector are the kernel's cost
-      // (interleaved ran at half the split-half speed with the table in L1). Here c and s are
-      // loaded as one 128-bit half broadcast to both lanes and duplicated by an in-lane
-      // vpermilps, the pair swap is an in-lane immediate permute, and fmaddsub does the signs.
-      if constexpr (std::is_same_v<T, float>) {
-        if constexpr (lane_ordered) {
-          if (lane_order_) {
-            for (; i + 16 <= e; i += 16) rotate_lane_block<Stream>(c, s, x, y, i, map, st);
-          }
-        }
-        const __m256i dup_idx = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
-        for (; i + 8 <= e; i += 8) {
-          const __m256 xv = one_load(map.map(st, i, b(_mm256_loadu_ps(x + i))));
-          const __m256 xs = _mm256_permute_ps(xv, 0xB1);
-          const __m256 cv = _mm256_permutevar_ps(_mm256_broadcast_ps(reinterpret_cast<const __m128*>(c + i / 2)), dup_idx);
-          const __m256 sv = _mm256_permutevar_ps(_mm256_broadcast_ps(reinterpret_cast<const __m128*>(s + i / 2)), dup_idx);
-          store<Stream>(b(_mm256_fmaddsub_ps(xv, cv, _mm256_mul_ps(xs, sv))), y + i);
-        }
-      } else {
-        for (; i + 4 <= e; i += 4) {
-          const __m256d xv = map.map(st, i, b(_mm256_loadu_pd(x + i)));
-          const __m256d xs = _mm256_permute_pd(xv, 0x5);
-          const __m256d cv = _mm256_permute_pd(_mm256_broadcast_pd(reinterpret_cast<const __m128d*>(c + i / 2)), 0xC);
-          const __m256d sv = _mm256_permute_pd(_mm256_broadcast_pd(reinterpret_cast<const __m128d*>(s + i / 2)), 0xC);
-          store<Stream>(b(_mm256_fmaddsub_pd(xv, cv, _mm256_mul_pd(xs, sv))), y + i);
-        }
-      }
-    }
-#endif
+    index_t i = rotate_interleaved_avx512<Stream, Arch>(Arch{}, c, s, x, y, 0, e, map, st);
+    i = rotate_interleaved_avx2<Stream, Arch>(Arch{}, c, s, x, y, i, e, shape(), map, st);
     for (; i + w <= e; i += w) {  // w is even: a vector never splits a pair
       const b xv = map.map(st, i, b::load_unaligned(x + i));
       const b xs = xsimd::swizzle(xv, swap);
@@ -1186,39 +712,12 @@ struct l_kernel<Arch, lambda::rotation<T>> {
  private:
   void pad(entry* row) const noexcept {
     for (index_t k = 2 * half_; k < table_width(); ++k) row[k] = T(0);
-#if defined(__AVX2__) && defined(__FMA__)
     if constexpr (lane_ordered) {
-      if (lane_order_) {
-        // (c0, c1 | c2, c3 | c4, c5 | c6, c7) as four 64-bit units → units (0, 2, 1, 3)
-        for (T* part : {row, row + half_})
-          for (index_t k = 0; k + 8 <= half_; k += 8)
-            _mm256_storeu_pd(reinterpret_cast<double*>(part + k),
-                             _mm256_permute4x64_pd(_mm256_loadu_pd(reinterpret_cast<const double*>(part + k)), 0xD8));
-      }
+      if (lane_order_) lane_order_row(Arch{}, row, half_);
     }
-#endif
   }
-#if defined(__AVX2__) && defined(__FMA__)
-  /// The duplicated c (or s) of the two vectors of x that a lane-ordered block at p serves.
-  LRPE_ALWAYS_INLINE static void dup_pair_block(const T* p, __m256& lo, __m256& hi) noexcept {
-    const __m256 t = _mm256_loadu_ps(p);
-    lo = _mm256_unpacklo_ps(t, t);
-    hi = _mm256_unpackhi_ps(t, t);
-  }
-  /// Features [i, i + 16) of an interleaved row, mapped, from a lane-ordered table row (cos at
-  /// c, sin at s): two vectors of y = fmaddsub(x, dup(c), swap_pairs(x)·dup(s)).
-  template <bool Stream, class Map>
-  LRPE_ALWAYS_INLINE static void rotate_lane_block(const T* c, const T* s, const T* x, T* y, index_t i, const Map& map,
-                                                   const typename Map::row_state& st) noexcept {
-    __m256 c0, c1, s0, s1;
-    dup_pair_block(c + i / 2, c0, c1);
-    dup_pair_block(s + i / 2, s0, s1);
-    const __m256 x0 = one_load(map.map(st, i, b(_mm256_loadu_ps(x + i))));
-    const __m256 x1 = one_load(map.map(st, i + 8, b(_mm256_loadu_ps(x + i + 8))));
-    store<Stream>(b(_mm256_fmaddsub_ps(x0, c0, _mm256_mul_ps(_mm256_permute_ps(x0, 0xB1), s0))), y + i);
-    store<Stream>(b(_mm256_fmaddsub_ps(x1, c1, _mm256_mul_ps(_mm256_permute_ps(x1, 0xB1), s1))), y + i + 8);
-  }
-#endif
+  [[nodiscard]] rotation_shape shape() const noexcept { return {half_, d_, lane_order_}; }
+
   cos_sin_rows<Arch, T> rows_;
   index_t half_, d_;
   bool interleaved_;
@@ -1331,32 +830,7 @@ struct l_kernel<Arch, lambda::permutation_power<T>> {
 
   /// next[j] = π(prev[j]).
   void next_power(const entry* prev, entry* next) const noexcept {
-#if defined(__AVX512F__)
-    if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
-      using ops = avx512_permute<T>;
-      using reg = typename ops::reg;
-      constexpr index_t L = ops::lanes;
-      constexpr bool is_float = std::is_same_v<T, float>;
-      const auto as_reg = [](__m512i v) -> reg {
-        if constexpr (is_float) return _mm512_castsi512_ps(v);
-        else return _mm512_castsi512_pd(v);
-      };
-      if (d_ <= 4 * L) {
-        reg pv[4];
-        for (index_t k = 0; k < 4; ++k)
-          pv[k] = as_reg(k * L < d_ ? ops::load_index(pi_.data() + k * L, d_ - k * L) : _mm512_setzero_si512());
-        for (index_t j = 0; j < d_; j += L) {
-          const index_t n = std::min<index_t>(L, d_ - j);
-          const __m512i ix = ops::load_index(prev + j, n);
-          reg r = ops::pick(pv[0], ix, pv[1]);
-          if (d_ > 2 * L) r = ops::merge_from(r, ix, 2 * L, ops::pick(pv[2], ix, pv[3]));
-          if constexpr (is_float) _mm512_mask_storeu_epi32(next + j, ops::first(n), _mm512_castps_si512(r));
-          else _mm512_mask_storeu_epi64(next + j, ops::first(n), _mm512_castpd_si512(r));
-        }
-        return;
-      }
-    }
-#endif
+    if (next_power_avx512<T>(Arch{}, pi_.data(), prev, next, d_)) return;
     for (index_t j = 0; j < d_; ++j) next[j] = pi_[static_cast<std::size_t>(prev[j])];
   }
 
@@ -1391,18 +865,7 @@ struct l_kernel<Arch, lambda::permutation_power<T>> {
     if constexpr (Map::trivial) {
       for (index_t r = 0; r < m; ++r) permute_row<Stream, Arch>(x + r * xs, table + r * tw, y + r * ys, d_);
     } else {
-#if defined(__AVX512F__)
-      if constexpr (std::is_base_of_v<xsimd::avx512f, Arch> && requires { map.reflector(); }) {
-        constexpr index_t L = avx512_permute<T>::lanes;
-        if (d_ % L == 0 && d_ <= 8 * L) {
-          const T* v = map.reflector();
-          with_constant<1, 2, 3, 4, 5, 6, 7, 8>(d_ / L, [&](auto k) {
-            reflect_permute_rows<decltype(k)::value, Stream, Arch>(v, table, tw, x, xs, y, ys, m, d_);
-          });
-          return;
-        }
-      }
-#endif
+      if (permute_rows_reflected_avx512<Stream, Arch, T>(Arch{}, map, table, tw, x, xs, y, ys, m, d_)) return;
       for_each_mapped_row(map, x, xs, d_, m, [&](index_t r, const typename Map::row_state& st) LRPE_ALWAYS_INLINE_LAMBDA {
         permute_row<Stream, Arch>(x + r * xs, table + r * tw, y + r * ys, d_, map, st);
       });
