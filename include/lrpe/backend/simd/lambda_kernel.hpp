@@ -2,9 +2,9 @@
 /**
  * @file lambda_kernel.hpp
  * The public extension point of the SIMD backend for a user Λ policy: specialise
- * `backend::simd_lambda_kernel<Arch, L>` and every encoder with that Λ (any P) takes the
- * vectorised path instead of the reference one (docs/howto-add-encoding.md, "A SIMD kernel for
- * your Λ"; the compiled example is examples/user_lambda_simd.cpp).
+ * `backend::simd_lambda_kernel<Arch, L>` and every encoder with that Λ after a real P takes the
+ * vectorised path instead of the reference one (docs/howto-simd-lambda-kernel.md, a whole
+ * program that the tests compile and run).
  *
  * The encoder splits Λ⁽ˢ⁾ in two, as lrpe's own Λ kernels do (detail/kernels.hpp): a table row
  * per position, filled once and reused for every head, batch entry, and for Q and K; and a

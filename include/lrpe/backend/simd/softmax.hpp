@@ -368,9 +368,9 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
  * the group (causal, key positions an offset) are not read.
  *
  * One function on purpose (~180 lines): split into stages (the state in a struct, each stage
- * an always-inline function), the same operations in the same order ran the 16384-key decode
- * step 10-15 % slower on AVX-512 (bench/results/issue37-before-after.md#the-direct-softmax-kernel),
- * where the tiled kernel above lost nothing. The stages are marked by comments instead.
+ * an always-inline function), the same operations in the same order made long decode steps
+ * measurably slower (bench/results/issue37-before-after.md#the-direct-softmax-kernel), where
+ * the tiled kernel above lost nothing. The stages are marked by comments instead.
  */
 template <index_t G, class T, class A, class Bias>
 void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>& q, const matrix_view<const T>& k,

@@ -122,9 +122,9 @@ LRPE_ALWAYS_INLINE void rotate_lane_block(const float* c, const float* s, const 
 }
 
 /// Interleaved rotation. The generic loop's three cross-lane vpermps per vector are the kernel's
-/// cost (interleaved ran at half the split-half speed with the table in L1). Here c and s are
-/// loaded as one 128-bit half broadcast to both lanes and duplicated by an in-lane vpermilps (or
-/// read lane-ordered), the pair swap is an in-lane immediate permute, and fmaddsub does the signs.
+/// cost. Here c and s are loaded as one 128-bit half broadcast to both lanes and duplicated by an
+/// in-lane vpermilps (or read lane-ordered), the pair swap is an in-lane immediate permute, and
+/// fmaddsub does the signs.
 template <bool Stream, class Arch, class T, class Map>
 LRPE_ALWAYS_INLINE index_t rotate_interleaved_avx2(xsimd::avx2, const T* c, const T* s, const T* x, T* y, index_t i,
                                                    index_t e, const rotation_shape& sh, const Map& map,
