@@ -18,11 +18,29 @@
 #include <lrpe/core/view.hpp>
 #include <lrpe/detail/small_buffer.hpp>
 
+#include <algorithm>
 #include <complex>
+#include <limits>
 #include <type_traits>
+#include <vector>
 
 namespace lrpe {
 inline namespace v0 {
+
+/**
+ * dL/d(parameters) of an encoder, added to by `encoder::backward`: P's parameters and Λ's, each
+ * in its policy's order (`parameters()`), in double; empty for a policy without parameters.
+ * `encoder::make_gradient()` returns one of the right sizes, zeroed.
+ */
+struct encoder_gradient {
+  std::vector<double> p;       ///< P's: the Householder vector as given (unnormalised), a dense P's entries
+  std::vector<double> lambda;  ///< Λ's: the frequencies θ of a rotation or a complex phase
+  /// Every entry to zero (the sizes stay).
+  void zero() noexcept {
+    std::fill(p.begin(), p.end(), 0.0);
+    std::fill(lambda.begin(), lambda.end(), 0.0);
+  }
+};
 
 /**
  * An LRPE encoder M_s = Λ⁽ˢ⁾ P.
@@ -49,6 +67,13 @@ class encoder {
                     },
                 "lrpe::encoder<P, L>: P is complex, so L::apply must accept std::complex rows "
                 "(make L::apply a template over the element type)");
+
+  static_assert(!has_parameters<P> || differentiable_p<P>,
+                "lrpe::encoder<P, L>: P has parameter_count() but no accumulate_gradient(x, gy, grad) "
+                "(lrpe::differentiable_p; docs/training.md)");
+  static_assert(!has_parameters<L> || differentiable_lambda<L, value_type>,
+                "lrpe::encoder<P, L>: L has parameter_count() but no accumulate_gradient(s, y, gy, grad) "
+                "taking the encoder's rows (lrpe::differentiable_lambda; docs/training.md)");
 
   /// @throws shape_error if P and Λ have different widths.
   encoder(P p, L l) : p_(std::move(p)), l_(std::move(l)) {
@@ -159,6 +184,93 @@ class encoder {
     return acc;
   }
 
+  // ------------------------------------------------------------------------------- backward
+
+  /// How many parameters P and Λ have (0 for a policy without parameters).
+  [[nodiscard]] index_t p_parameter_count() const noexcept {
+    if constexpr (has_parameters<P>) return p_.parameter_count(); else return 0;
+  }
+  [[nodiscard]] index_t lambda_parameter_count() const noexcept {
+    if constexpr (has_parameters<L>) return l_.parameter_count(); else return 0;
+  }
+  /// A zeroed `encoder_gradient` of this encoder's sizes.
+  [[nodiscard]] encoder_gradient make_gradient() const {
+    return {std::vector<double>(static_cast<std::size_t>(p_parameter_count()), 0.0),
+            std::vector<double>(static_cast<std::size_t>(lambda_parameter_count()), 0.0)};
+  }
+
+  /**
+   * The backward (vector-Jacobian product) of `encode_features` for one row: given x, its
+   * position s and g = dL/d(features) (`feature_dim()` entries: [∂L/∂Re, ∂L/∂Im] for complex
+   * encoders), writes dx = Re(Pᴴ Λ⁽ˢ⁾ᴴ g) and, when `grad` is not null, adds dL/d(parameters)
+   * to it (sizes as `make_gradient()`). Λ⁽ˢ⁾ᴴ is applied as Λ⁽⁻ˢ⁾. `dx` may be `x` itself.
+   */
+  void backward_row(position_t s, const scalar* x, const scalar* d_features, scalar* dx,
+                    encoder_gradient* grad) const {
+    using PO = typename P::output_type;
+    const index_t d = dim();
+    detail::small_buffer<value_type> g(d), z(d);
+    for (index_t i = 0; i < d; ++i) {
+      if constexpr (is_complex) g[i] = value_type(d_features[i], d_features[d + i]);
+      else g[i] = d_features[i];
+    }
+    if constexpr (has_parameters<L>) {
+      if (grad != nullptr) {  // Λ's gradient needs its output y = Λ⁽ˢ⁾ P x
+        detail::small_buffer<value_type> y(d);
+        encode_row(s, x, y.data());
+        l_.accumulate_gradient(s, y.data(), g.data(), grad->lambda.data());
+      }
+    }
+    lambda_adjoint(s, g.data(), z.data());
+    detail::small_buffer<PO> gp(d);  // dL/d(P x): Re(z) when P is real and Λ complex
+    for (index_t i = 0; i < d; ++i) {
+      if constexpr (is_complex_v<PO>) gp[i] = z[i];
+      else gp[i] = detail::real_part(z[i]);
+    }
+    if constexpr (has_parameters<P>) {
+      if (grad != nullptr) p_.accumulate_gradient(x, gp.data(), grad->p.data());
+    }
+    if constexpr (P::is_complex) {
+      detail::small_buffer<PO> t(d);
+      p_.apply_adjoint(gp.data(), t.data());
+      for (index_t i = 0; i < d; ++i) dx[i] = t[i].real();
+    } else {
+      p_.apply_adjoint(gp.data(), dx);
+    }
+  }
+
+  /**
+   * The backward of `encode` for a block: row i of `dx` gets dL/dx_i from row i of `d_out`
+   * (dL/d(features), n×feature_dim()), and dL/d(parameters) over all rows is added to `*grad`
+   * when it is not null (docs/training.md).
+   * @param x     the n×d rows that were encoded.
+   * @param pos   their positions, as given to `encode`.
+   * @param d_out n×feature_dim() gradients of the features.
+   * @param dx    n×d output; may be `x` itself, must not otherwise overlap x or d_out.
+   * @param grad  null, or sized as `make_gradient()`.
+   * @throws shape_error on mismatched sizes (of the views or of `grad`).
+   */
+  void backward(matrix_view<const scalar> x, positions pos, matrix_view<const scalar> d_out,
+                matrix_view<scalar> dx, encoder_gradient* grad = nullptr) const {
+    constexpr const char* where = "lrpe::encoder::backward";
+    validate(x, where, "x");
+    validate(d_out, where, "d_out");
+    validate(dx, where, "dx");
+    detail::require_equal(x.cols, dim(), where, "x.cols", "dim()");
+    detail::require_equal(d_out.cols, feature_dim(), where, "d_out.cols", "feature_dim()");
+    detail::require_equal(d_out.rows, x.rows, where, "d_out.rows", "x.rows");
+    detail::require_equal(dx.cols, dim(), where, "dx.cols", "dim()");
+    detail::require_equal(dx.rows, x.rows, where, "dx.rows", "x.rows");
+    pos.require_rows(x.rows, where);
+    if (grad != nullptr) {
+      detail::require_equal(static_cast<index_t>(grad->p.size()), p_parameter_count(), where, "grad->p.size()",
+                            "the P parameter count (p_parameter_count())");
+      detail::require_equal(static_cast<index_t>(grad->lambda.size()), lambda_parameter_count(), where,
+                            "grad->lambda.size()", "the lambda parameter count (lambda_parameter_count())");
+    }
+    for (index_t i = 0; i < x.rows; ++i) backward_row(pos[i], x.row(i), d_out.row(i), dx.row(i), grad);
+  }
+
   /// M_s = Λ⁽ˢ⁾ P as a dense d×d matrix.
   [[nodiscard]] dense_matrix<value_type> transform_matrix(position_t s) const {
     return lambda_dense(s) * p_dense();
@@ -174,6 +286,17 @@ class encoder {
   dense_matrix<value_type> p_dense() const { return p_.matrix().template cast<value_type>(); }
   dense_matrix<value_type> lambda_dense(position_t s) const {
     return l_.matrix(s).template cast<value_type>();
+  }
+
+  /// z = Λ⁽ˢ⁾ᴴ g = Λ⁽⁻ˢ⁾ g; at s = −2^63, whose negation overflows, Λ⁽¹⁾ Λ⁽²⁶³⁻¹⁾ g.
+  void lambda_adjoint(position_t s, const value_type* g, value_type* z) const {
+    if (s != std::numeric_limits<position_t>::min()) {
+      l_.apply(-s, g, z);
+    } else {
+      detail::small_buffer<value_type> t(dim());
+      l_.apply(std::numeric_limits<position_t>::max(), g, t.data());
+      l_.apply(1, t.data(), z);
+    }
   }
 
   P p_;

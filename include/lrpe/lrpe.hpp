@@ -35,6 +35,7 @@
 #include <lrpe/presets.hpp>
 
 #include <lrpe/check/check.hpp>
+#include <lrpe/check/gradient.hpp>
 
 #include <lrpe/interop/rope_conventions.hpp>
 #include <lrpe/attention/attention.hpp>

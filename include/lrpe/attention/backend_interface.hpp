@@ -20,6 +20,7 @@
  * | `linear_fused_kernel(b, enc, phi, problem, state)` | `linear_attention`, tried first | declines (returns false) |
  * | `for_each_head(b, count, f)` | multi-head entry points | in order, calling thread |
  * | `lrpe::encode(b, enc, x, pos, out)`, `lrpe::encode_qk(b, ...)` | users | none: compile error |
+ * | `lrpe::encode_backward(b, enc, x, pos, d_out, dx, grad)`, `lrpe::encode_qk_backward(b, ...)` | users (training) | none: compile error |
  *
  * The in-library backends: `backend::reference` (backend/reference/, the oracle, declared here
  * because it is every entry point's default), `backend::simd<Arch>` and `simd_policy<Arch>`
@@ -278,6 +279,28 @@ void encode_qk(const Backend&, const E&, heads_view<const typename E::scalar>, p
                 "SIMD backends take any lrpe::encoder (lrpe_encoder); include <lrpe/lrpe.hpp> "
                 "(reference) or <lrpe/simd.hpp>, or overload encode_qk for the backend "
                 "(docs/howto-add-backend.md)");
+}
+
+/// The backward of `encode` on a backend: no overload for this (backend, encoder) pair.
+template <class Backend, class E>
+void encode_backward(const Backend&, const E&, matrix_view<const typename E::scalar>, positions,
+                     matrix_view<const typename E::scalar>, matrix_view<typename E::scalar>, encoder_gradient*) {
+  static_assert(backend::detail::always_false<Backend>,
+                "lrpe::encode_backward: no encode_backward for this (backend, encoder) pair: the reference "
+                "backend takes any lrpe::encoder (include <lrpe/lrpe.hpp>); a backend overloads "
+                "encode_backward (docs/training.md, docs/howto-add-backend.md)");
+}
+
+/// The backward of `encode_qk` on a backend: no overload for this (backend, encoder) pair.
+template <class Backend, class E>
+void encode_qk_backward(const Backend&, const E&, heads_view<const typename E::scalar>, positions,
+                        heads_view<const typename E::scalar>, positions, heads_view<const typename E::scalar>,
+                        heads_view<const typename E::scalar>, heads_view<typename E::scalar>,
+                        heads_view<typename E::scalar>, encoder_gradient*) {
+  static_assert(backend::detail::always_false<Backend>,
+                "lrpe::encode_qk_backward: no encode_qk_backward for this (backend, encoder) pair: the "
+                "reference backend takes any lrpe::encoder (include <lrpe/lrpe.hpp>); a backend overloads "
+                "encode_qk_backward (docs/training.md, docs/howto-add-backend.md)");
 }
 
 }  // namespace v0

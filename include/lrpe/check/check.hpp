@@ -57,7 +57,7 @@ struct report {
   double tolerance = 0;    ///< the tolerance used
   position_t s = 0;        ///< position(s) where the largest error was seen
   position_t t = 0;
-  index_t row = -1;        ///< entry (row, col) of the largest error, -1 if not an entry
+  index_t row = -1;        ///< entry (row, col) of the largest error, -1 if not an entry (col -1: entry `row` of a vector)
   index_t col = -1;
 
   explicit operator bool() const noexcept { return passed; }
@@ -68,7 +68,8 @@ struct report {
     os.precision(3);
     os << property << ": " << (passed ? "passed" : "FAILED") << ", max error " << max_error
        << (passed ? " <= " : " > ") << tolerance << " at s=" << s << " t=" << t;
-    if (row >= 0) os << " (" << row << ", " << col << ")";
+    if (row >= 0 && col >= 0) os << " (" << row << ", " << col << ")";
+    else if (row >= 0) os << " (entry " << row << ")";
     return os.str();
   }
 };

@@ -14,6 +14,8 @@
 
 #include <complex>
 #include <concepts>
+#include <span>
+#include <vector>
 
 namespace lrpe {
 inline namespace v0 {
@@ -70,6 +72,50 @@ concept lambda_policy =
       l.apply(s, x, y);
       { l.matrix(s) } -> std::convertible_to<dense_matrix<lambda_value_t<L>>>;
     };
+
+/**
+ * A policy with learnable parameters (docs/training.md): `q.parameter_count()`, the number of
+ * them. Its gradient member is checked by `differentiable_p` / `differentiable_lambda`; a policy
+ * without parameters (permutations, DCT, DFT, identity) has no such members and gets only dL/dx.
+ */
+template <class Q>
+concept has_parameters = requires(const Q& q) {
+  { q.parameter_count() } -> std::convertible_to<index_t>;
+};
+
+/**
+ * A P policy whose parameters have a gradient: `p.accumulate_gradient(x, gy, grad)` adds
+ * dL/d(parameters) of one row to `grad` (`parameter_count()` doubles), given the input x and
+ * gy = dL/d(Px) (for complex output, ∂L/∂Re + i·∂L/∂Im).
+ */
+template <class P>
+concept differentiable_p =
+    p_policy<P> && has_parameters<P> &&
+    requires(const P& p, const typename P::scalar* x, const typename P::output_type* gy, double* grad) {
+      p.accumulate_gradient(x, gy, grad);
+    };
+
+/**
+ * A Λ policy whose parameters have a gradient: `l.accumulate_gradient(s, y, gy, grad)` adds
+ * dL/d(parameters) of one row to `grad`, given the output y = Λ⁽ˢ⁾x and gy = dL/dy, rows of V
+ * (V = `lambda_value_t<L>`; a real Λ used after a complex P also takes complex rows).
+ */
+template <class L, class V = lambda_value_t<L>>
+concept differentiable_lambda =
+    lambda_policy<L> && has_parameters<L> && requires(const L& l, position_t s, const V* y, double* grad) {
+      l.accumulate_gradient(s, y, y, grad);
+    };
+
+/**
+ * A policy that can be rebuilt from a parameter vector: `q.parameters()` (a `std::vector<double>`
+ * in gradient order) and `q.with_parameters(w)` (the same policy with parameters w). Finite-
+ * difference checks (`lrpe::check::gradient`) and optimisers use it.
+ */
+template <class Q>
+concept reparameterisable = has_parameters<Q> && requires(const Q& q, std::span<const double> w) {
+  { q.parameters() } -> std::convertible_to<std::vector<double>>;
+  { q.with_parameters(w) } -> std::convertible_to<Q>;
+};
 
 }  // namespace v0
 }  // namespace lrpe

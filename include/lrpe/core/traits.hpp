@@ -69,6 +69,16 @@ template <class S>
 constexpr S conj(const S& x) {
   if constexpr (is_complex_v<S>) return std::conj(x); else return x;
 }
+/// Re(conj(a)·b) in double: the real inner product of two entries (real or complex), the form
+/// every gradient takes, since dL = Re(conj(∂L/∂y)·dy) for a real loss L.
+template <class S>
+constexpr double real_inner(const S& a, const S& b) {
+  if constexpr (is_complex_v<S>)
+    return static_cast<double>(a.real()) * static_cast<double>(b.real()) +
+           static_cast<double>(a.imag()) * static_cast<double>(b.imag());
+  else
+    return static_cast<double>(a) * static_cast<double>(b);
+}
 }  // namespace detail
 
 }  // namespace v0

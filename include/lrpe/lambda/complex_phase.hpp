@@ -63,6 +63,25 @@ class complex_phase {
     for (index_t j = e; j < d_; ++j) y[j] = x[j];
   }
 
+  /// The learnable parameters are the frequencies θ (docs/training.md): θ.size() of them.
+  [[nodiscard]] index_t parameter_count() const noexcept { return static_cast<index_t>(theta_.size()); }
+  [[nodiscard]] std::vector<double> parameters() const { return theta_; }
+  /// The same Λ (width) with frequencies `theta` (validated as by the constructor).
+  [[nodiscard]] complex_phase with_parameters(std::span<const double> theta) const {
+    return complex_phase(d_, std::vector<double>(theta.begin(), theta.end()));
+  }
+
+  /**
+   * Adds dL/dθ of one row to `grad` (θ.size() entries), given y = Λ⁽ˢ⁾x and gy = dL/dy:
+   * dy_j/dθ_j = i·s·y_j, so dL/dθ_j = s·Re(conj(gy_j)·i·y_j), in double.
+   */
+  void accumulate_gradient(position_t s, const std::complex<T>* y, const std::complex<T>* gy,
+                           double* grad) const noexcept {
+    const auto sd = static_cast<double>(s);
+    for (index_t j = 0; j < parameter_count(); ++j)
+      grad[j] += sd * detail::real_inner(gy[j], std::complex<T>(-y[j].imag(), y[j].real()));
+  }
+
   [[nodiscard]] dense_matrix<std::complex<T>> matrix(position_t s) const {
     dense_matrix<std::complex<T>> m = dense_matrix<std::complex<T>>::Identity(d_, d_);
     for (index_t j = 0; j < static_cast<index_t>(theta_.size()); ++j) {

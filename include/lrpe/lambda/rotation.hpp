@@ -93,6 +93,28 @@ class rotation {
     for (index_t i = 2 * half; i < d_; ++i) y[i] = x[i];
   }
 
+  /// The learnable parameters are the frequencies θ (docs/training.md): θ.size() of them.
+  [[nodiscard]] index_t parameter_count() const noexcept { return static_cast<index_t>(theta_.size()); }
+  [[nodiscard]] std::vector<double> parameters() const { return theta_; }
+  /// The same Λ (width, pairing) with frequencies `theta` (validated as by the constructor).
+  [[nodiscard]] rotation with_parameters(std::span<const double> theta) const {
+    return rotation(d_, std::vector<double>(theta.begin(), theta.end()), pairing_);
+  }
+
+  /**
+   * Adds dL/dθ of one row to `grad` (θ.size() entries), given y = Λ⁽ˢ⁾x and gy = dL/dy.
+   * Pair k's angle is φ = s·θ_k and dy_i/dφ = −y_j, dy_j/dφ = y_i, so
+   * dL/dθ_k = s·Re(conj(gy_j)·y_i − conj(gy_i)·y_j), in double.
+   */
+  template <class V>
+  void accumulate_gradient(position_t s, const V* y, const V* gy, double* grad) const noexcept {
+    const auto sd = static_cast<double>(s);
+    for (index_t k = 0; k < parameter_count(); ++k) {
+      const auto [i, j] = pair(k);
+      grad[k] += sd * (detail::real_inner(gy[j], y[i]) - detail::real_inner(gy[i], y[j]));
+    }
+  }
+
   [[nodiscard]] dense_matrix<T> matrix(position_t s) const {
     dense_matrix<T> m = dense_matrix<T>::Identity(d_, d_);
     for (index_t k = 0; k < static_cast<index_t>(theta_.size()); ++k) {

@@ -100,6 +100,30 @@ class dense {
   /// P (the polar factor of the m given, rounded to S).
   [[nodiscard]] const dense_matrix<S>& matrix() const noexcept { return m_; }
 
+  /// The entries of P are its parameters (docs/training.md: d² real ones, or d² complex ones as
+  /// (re, im) pairs), differentiated without the unitary constraint: keep P unitary by
+  /// parametrising it (Cayley map or matrix exponential of a skew matrix) and chaining.
+  [[nodiscard]] index_t parameter_count() const noexcept { return (is_complex ? 2 : 1) * dim() * dim(); }
+
+  /**
+   * Adds dL/dP = gy·xᵀ of one row to `grad`, row-major, given x and gy = dL/d(Px); for a complex
+   * P entry (i, j) is the pair (dL/dRe P_ij, dL/dIm P_ij) = (Re gy_i, Im gy_i)·x_j.
+   */
+  void accumulate_gradient(const scalar* x, const S* gy, double* grad) const noexcept {
+    const index_t d = dim();
+    for (index_t i = 0; i < d; ++i) {
+      for (index_t j = 0; j < d; ++j) {
+        const auto xj = static_cast<double>(x[j]);
+        if constexpr (is_complex) {
+          grad[2 * (i * d + j)] += static_cast<double>(gy[i].real()) * xj;
+          grad[2 * (i * d + j) + 1] += static_cast<double>(gy[i].imag()) * xj;
+        } else {
+          grad[i * d + j] += static_cast<double>(gy[i]) * xj;
+        }
+      }
+    }
+  }
+
   /// max |(mᴴm − I)_ij| of the m given (computed in the working precision: double for float).
   [[nodiscard]] double input_unitarity_error() const noexcept { return input_error_; }
 
@@ -120,7 +144,9 @@ class dense {
       const dense_matrix<work> inv = Eigen::PartialPivLU<dense_matrix<work>>(x).inverse();
       const work_real ratio = inv.norm() / x.norm();
       if (!inv.allFinite() || !(ratio > 0) || !std::isfinite(ratio)) {  // singular (a tolerance ≥ 1 accepts such m): UVᴴ of an SVD
-        const Eigen::BDCSVD<dense_matrix<work>> svd(x, Eigen::ComputeFullU | Eigen::ComputeFullV);
+        // JacobiSVD (the most accurate of Eigen's SVDs): BDCSVD's divide and conquer pays only
+        // for large d, and its instantiation doubled the compile time of any TU with a p::dense.
+        const Eigen::JacobiSVD<dense_matrix<work>> svd(x, Eigen::ComputeFullU | Eigen::ComputeFullV);
         x = svd.matrixU() * svd.matrixV().adjoint();
       } else {
         const work_real mu = std::sqrt(ratio);

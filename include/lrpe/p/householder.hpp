@@ -51,6 +51,7 @@ class householder {
     double norm2 = 0;  // of v / scale, in [1, d]
     for (T x : v) norm2 += (static_cast<double>(x) / scale) * (static_cast<double>(x) / scale);
     const double unit_norm = std::sqrt(norm2);
+    norm_ = scale * unit_norm;
     for (auto& x : v_) x = static_cast<T>((static_cast<double>(x) / scale) / unit_norm);
   }
   explicit householder(const std::vector<T>& v) : householder(std::span<const T>(v)) {}
@@ -81,6 +82,44 @@ class householder {
   template <class V>
   void apply_adjoint(const V* y, V* x) const noexcept { apply(y, x); }
 
+  /// ‖v‖ of the vector as given (before normalising), in double.
+  [[nodiscard]] double input_norm() const noexcept { return norm_; }
+
+  /// The learnable parameters are the vector as given, unnormalised (docs/training.md): d of
+  /// them, returned as `input_norm()`·u.
+  [[nodiscard]] index_t parameter_count() const noexcept { return dim(); }
+  [[nodiscard]] std::vector<double> parameters() const {
+    std::vector<double> w(v_.size());
+    for (std::size_t i = 0; i < v_.size(); ++i) w[i] = norm_ * static_cast<double>(v_[i]);
+    return w;
+  }
+  /// The reflection of the vector `w` (rounded to T, normalised as by the constructor).
+  [[nodiscard]] householder with_parameters(std::span<const double> w) const {
+    std::vector<T> v(w.size());
+    for (std::size_t i = 0; i < w.size(); ++i) v[i] = static_cast<T>(w[i]);
+    return householder(std::span<const T>(v));
+  }
+
+  /**
+   * Adds dL/dv of one row to `grad` (d entries), v the unnormalised vector, given x and
+   * gy = dL/d(Px). With u = v/‖v‖, a = u·x, b = u·gy: dL/du = −2(a·gy + b·x), and through the
+   * normalisation dL/dv = (I − uuᵀ)·dL/du / ‖v‖ = (−2(a·gy + b·x) + 4ab·u) / ‖v‖, in double.
+   */
+  void accumulate_gradient(const T* x, const T* gy, double* grad) const noexcept {
+    const index_t d = dim();
+    double a = 0, b = 0;
+    for (index_t i = 0; i < d; ++i) {
+      const auto u = static_cast<double>(v_[static_cast<std::size_t>(i)]);
+      a += u * static_cast<double>(x[i]);
+      b += u * static_cast<double>(gy[i]);
+    }
+    const double inv = 1.0 / norm_;
+    for (index_t i = 0; i < d; ++i) {
+      const auto u = static_cast<double>(v_[static_cast<std::size_t>(i)]);
+      grad[i] += (-2.0 * (a * static_cast<double>(gy[i]) + b * static_cast<double>(x[i])) + 4.0 * a * b * u) * inv;
+    }
+  }
+
   [[nodiscard]] dense_matrix<T> matrix() const {
     const Eigen::Map<const dense_vector<T>> v(v_.data(), dim());
     return dense_matrix<T>::Identity(dim(), dim()) - T(2) * v * v.transpose();
@@ -88,6 +127,7 @@ class householder {
 
  private:
   std::vector<T> v_;
+  double norm_ = 1;
 };
 
 }  // namespace p

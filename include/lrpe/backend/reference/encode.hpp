@@ -47,5 +47,44 @@ void encode_qk(backend::reference, const E& enc, heads_view<const typename E::sc
     for (index_t h = 0; h < k.heads; ++h) enc.encode(k.head(b, h), k_pos, k_out.head(b, h));
 }
 
+/// `enc.backward(x, pos, d_out, dx, grad)` on the reference backend (docs/training.md).
+template <lrpe_encoder E>
+void encode_backward(backend::reference, const E& enc, matrix_view<const typename E::scalar> x, positions pos,
+                     matrix_view<const typename E::scalar> d_out, matrix_view<typename E::scalar> dx,
+                     encoder_gradient* grad = nullptr) {
+  enc.backward(x, pos, d_out, dx, grad);
+}
+
+/**
+ * The backward of `encode_qk`: dq and dk of every (batch, head) from the gradients of the
+ * encoded q and k (`d_q_out`, `d_k_out`), and dL/d(parameters) summed over Q, K, batch and
+ * heads into `*grad` when it is not null (the encoder is shared by all of them).
+ */
+template <lrpe_encoder E>
+void encode_qk_backward(backend::reference, const E& enc, heads_view<const typename E::scalar> q, positions q_pos,
+                        heads_view<const typename E::scalar> k, positions k_pos,
+                        heads_view<const typename E::scalar> d_q_out, heads_view<const typename E::scalar> d_k_out,
+                        heads_view<typename E::scalar> dq, heads_view<typename E::scalar> dk,
+                        encoder_gradient* grad = nullptr) {
+  constexpr const char* where = "lrpe::encode_qk_backward";
+  const auto same_heads = [&](const auto& a, const auto& ref, const char* arg, const char* ref_name) {
+    detail::require_shape(a.batch == ref.batch && a.heads == ref.heads, where, arg,
+                          detail::lazy_concat("must have ", ref_name, "'s batch and heads"),
+                          detail::lazy_concat(a.batch, "x", a.heads));
+  };
+  detail::require_shape(q.batch >= 0 && q.heads >= 0 && q.seq >= 0, where, "q", "must have non-negative batch, heads and seq",
+                        detail::lazy_concat(q.batch, "x", q.heads, "x", q.seq));
+  detail::require_shape(k.batch >= 0 && k.heads >= 0 && k.seq >= 0, where, "k", "must have non-negative batch, heads and seq",
+                        detail::lazy_concat(k.batch, "x", k.heads, "x", k.seq));
+  same_heads(d_q_out, q, "d_q_out", "q");
+  same_heads(dq, q, "dq", "q");
+  same_heads(d_k_out, k, "d_k_out", "k");
+  same_heads(dk, k, "dk", "k");
+  for (index_t b = 0; b < q.batch; ++b)
+    for (index_t h = 0; h < q.heads; ++h) enc.backward(q.head(b, h), q_pos, d_q_out.head(b, h), dq.head(b, h), grad);
+  for (index_t b = 0; b < k.batch; ++b)
+    for (index_t h = 0; h < k.heads; ++h) enc.backward(k.head(b, h), k_pos, d_k_out.head(b, h), dk.head(b, h), grad);
+}
+
 }  // namespace v0
 }  // namespace lrpe
