@@ -4,6 +4,7 @@
 // (built from the policies' parameters, never from the library's apply or matrix), every
 // parameter gradient against central differences of a long-double loss on those matrices, the
 // raw gradient of a dense P, accumulation, in-place use, extreme positions and bad input.
+#include "gradient_helpers.hpp"
 #include "reference.hpp"
 
 #include <doctest/doctest.h>
@@ -19,31 +20,18 @@ using ref::ld;
 
 namespace {
 
-using cvec = Eigen::Matrix<cld, Eigen::Dynamic, 1>;
+using grad_test::cvec;
+using grad_test::derivative;
+using grad_test::householder_from;
+using grad_test::native;
+using grad_test::relative_error;
+using grad_test::uniform;
 
 constexpr position_t int64_max = std::numeric_limits<position_t>::max();
 constexpr position_t int64_min = std::numeric_limits<position_t>::min();
 
 /// Positions for the finite differences: near 0, negative and far (Λ's step shrinks with |s|).
 const std::vector<position_t> fd_positions{0, 1, -5, 17, 1'000'003, -3'000'000'000LL};
-
-template <class T>
-lrpe::row_matrix<T> uniform(index_t rows, index_t cols, std::uint64_t seed) {
-  lrpe::generator g(seed);
-  lrpe::row_matrix<T> m(rows, cols);
-  for (index_t i = 0; i < rows; ++i)
-    for (index_t j = 0; j < cols; ++j) m(i, j) = static_cast<T>(2 * g.uniform01() - 1);
-  return m;
-}
-
-/// g_i as d complex entries from the [Re, Im] halves of a feature gradient (Im = 0 when real).
-template <class E, class T>
-cvec native(const E& e, const lrpe::row_matrix<T>& g, index_t i) {
-  const index_t d = e.dim();
-  cvec z(d);
-  for (index_t j = 0; j < d; ++j) z(j) = E::is_complex ? cld(g(i, j), g(i, d + j)) : cld(g(i, j), 0);
-  return z;
-}
 
 /// L = Σ_i Re(g_iᴴ Λ(s_i) P x_i) in long double, from the reference Λ(s) and P as matrices.
 template <class LofS, class T>
@@ -55,47 +43,6 @@ ld loss(const LofS& lambda_of_s, const ref::mat& p, const std::vector<position_t
     acc += (g[i].adjoint() * (lambda_of_s(pos[i]) * px))(0, 0).real();
   }
   return acc;
-}
-
-/// d/dw_j of f(w) by the three-point quotient on the exact steps taken (w ± h is rarely a double),
-/// extrapolated from h and h/2 (Richardson): f evaluated in long double.
-template <class F>
-ld derivative(std::vector<double> w, std::size_t j, double h, const F& f) {
-  const ld at = f(w);
-  const auto quotient = [&](double step) {
-    const double w0 = w[j], hi = w0 + step, lo = w0 - step;
-    REQUIRE(hi != w0);
-    const ld a = ld(hi) - w0, b = ld(w0) - lo;
-    w[j] = hi;
-    const ld up = f(w);
-    w[j] = lo;
-    const ld down = f(w);
-    w[j] = w0;
-    return (b * b * up - a * a * down + (a * a - b * b) * at) / (a * b * (a + b));
-  };
-  return (4 * quotient(h / 2) - quotient(h)) / 3;
-}
-
-/// max_j |got_j − want_j| / max_j |want_j|.
-ld relative_error(const std::vector<double>& got, const std::vector<ld>& want) {
-  REQUIRE(got.size() == want.size());
-  ld scale = 0, err = 0;
-  for (std::size_t j = 0; j < got.size(); ++j) {
-    scale = std::max(scale, std::abs(want[j]));
-    err = std::max(err, std::abs(ld(got[j]) - want[j]));
-  }
-  return scale > 0 ? err / scale : err;
-}
-
-/// P = I − 2vvᵀ/‖v‖² from a raw (unnormalised) long-double vector.
-ref::mat householder_from(const std::vector<double>& v) {
-  const auto d = index_t(v.size());
-  ld n2 = 0;
-  for (double x : v) n2 += ld(x) * ld(x);
-  ref::mat m = ref::mat::Identity(d, d);
-  for (index_t i = 0; i < d; ++i)
-    for (index_t j = 0; j < d; ++j) m(i, j) -= 2 * ld(v[std::size_t(i)]) * ld(v[std::size_t(j)]) / n2;
-  return m;
 }
 
 /// Tolerance on gradients computed in T against the long-double references.

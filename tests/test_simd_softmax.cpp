@@ -697,3 +697,34 @@ TEST_CASE("simd softmax: a reused workspace stops allocating after the first cal
 
 // ------------------------------------------------------------------------------ linear attention
 
+
+TEST_CASE_TEMPLATE("simd softmax with log-sum-exps (softmax_attention_lse): == reference, tiled and direct kernels, "
+                   "a bias, rows with no visible key", T, float, double) {
+  lrpe::generator g(0x51D0'0150);
+  const index_t d = 8;
+  const lrpe::canonical::alibi<T> alibi(d, {0.25}, lrpe::canonical::alibi_form::causal);
+  for (const index_t nq : {index_t{3}, index_t{70}}) {  // the direct kernel (≤ 8 rows) and the tiled one
+    CAPTURE(nq);
+    const index_t nk = 90;
+    const rm<T> q = random_matrix<T>(g, nq, d), k = random_matrix<T>(g, nk, d), v = random_matrix<T>(g, nk, d);
+    lrpe::softmax_options<> so;
+    so.causal = true;
+    so.q_positions = lrpe::positions(-2);  // the first two rows see no key
+    const auto both = [&](const auto& enc) {
+      rm<T> ref(nq, d), got(nq, d);
+      std::vector<T> lse_ref(static_cast<std::size_t>(nq)), lse(static_cast<std::size_t>(nq));
+      lrpe::softmax_attention_lse(q, k, v, ref, std::span<T>(lse_ref), enc, so);
+      lrpe::softmax_attention_lse(q, k, v, got, std::span<T>(lse), enc, so, lrpe::backend::simd<>{});
+      CHECK(lse[0] == -std::numeric_limits<T>::infinity());
+      CHECK(lse[1] == -std::numeric_limits<T>::infinity());
+      for (std::size_t i = 2; i < lse.size(); ++i)
+        CHECK(std::abs(lse[i] - lse_ref[i]) <= kernel_vs_kernel<T>() * (1 + std::abs(lse_ref[i])));
+      rm<T> plain(nq, d);
+      lrpe::softmax_attention(q, k, v, plain, enc, so, lrpe::backend::simd<>{});
+      CHECK(plain == got);  // writing the log-sum-exps changes nothing else
+    };
+    both(lrpe::no_encoding{});
+    both(alibi);
+    both(lrpe::rope_neox<T>(d));
+  }
+}

@@ -12,4 +12,5 @@
 #include <lrpe/attention/multihead.hpp>
 #include <lrpe/attention/options.hpp>
 #include <lrpe/attention/softmax.hpp>
+#include <lrpe/attention/softmax_backward.hpp>
 #include <lrpe/attention/state.hpp>

@@ -13,6 +13,7 @@
  * |---|---|---|
  * | `call_guard(b)` | every attention entry point, held for the call | holds nothing |
  * | `softmax_kernel(b, problem, logits, value_term, reweight)` | `softmax_attention` | none: compile error |
+ * | `softmax_backward_kernel(b, problem, content, logits, reweight)` | `softmax_attention_backward` | none: compile error |
  * | `acquire_feature_scratch(b, scratch, nq, nk, f)` | softmax and linear, linearizable encodings | two matrices per call |
  * | `encode_features_kernel(b, enc, side, x, pos, out)` | softmax, linearizable encodings | row by row |
  * | `linear_kernel(b, problem, state)` | `linear_attention` | none: compile error |
@@ -119,6 +120,7 @@ struct softmax_problem {
   positions k_positions{};
   bool causal = false;
   index_t tile = 64;
+  T* lse = nullptr;               ///< when not null, n_q outputs: each row's log Σ_t e^{logit} (−∞: no visible key)
 };
 
 /// No value term (everything but Shaw's a^V).
@@ -202,6 +204,35 @@ void softmax_kernel(const Backend&, const softmax_problem<T>&, const Logits&, co
                 "instantiation). The reference kernels are in <lrpe/backend/reference.hpp>, which "
                 "<lrpe/lrpe.hpp> includes; a new backend overloads softmax_kernel "
                 "(docs/howto-add-backend.md)");
+}
+
+/**
+ * The backward of softmax attention of one head whose logits are scale·A·Bᵀ (+ a bias without
+ * parameters here): A and B are Q and K, or their encoded features.
+ */
+template <class T>
+struct softmax_backward_problem {
+  softmax_problem<T> forward;     ///< the forward's problem; `forward.out` is the forward's output O (read)
+  matrix_view<const T> d_out;     ///< n_q × d_v, dL/dO
+  const T* lse = nullptr;         ///< n_q log-sum-exps from the forward, or null: recomputed
+  matrix_view<T> da;              ///< n_q × f, dL/dA (written)
+  matrix_view<T> db;              ///< n_k × f, dL/dB (written)
+  matrix_view<T> dv;              ///< n_k × d_v, dL/dV (written)
+};
+
+/**
+ * Softmax attention backward of one head (FlashAttention-2's: D_s = dO_s·O_s, the probabilities
+ * recomputed tile by tile from the log-sum-exps, dS = P ∘ (dP − D)): `content` is the logits'
+ * scale·A·Bᵀ, `logits` fills a tile of the whole logits (content + bias) as in the forward.
+ */
+template <class Backend, class T, class Logits, class Reweight>
+void softmax_backward_kernel(const Backend&, const softmax_backward_problem<T>&, const dot_logits<T>&, const Logits&,
+                             const Reweight&) {
+  static_assert(detail::always_false<Backend>,
+                "lrpe::softmax_attention_backward: no softmax_backward_kernel for this backend (the Backend "
+                "of this instantiation). The reference kernels are in <lrpe/backend/reference.hpp>, which "
+                "<lrpe/lrpe.hpp> includes; a new backend overloads softmax_backward_kernel "
+                "(docs/training.md, docs/howto-add-backend.md)");
 }
 
 // ----------------------------------------------------------------------------------- linear

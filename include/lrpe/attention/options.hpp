@@ -192,6 +192,10 @@ auto as_output(X& x) {
 template <class X>
 concept matrix_input = requires(const X& x) { as_input(x); };
 
+/// The scalar of an input argument (float for a `row_matrix<float>` or a `matrix_view<const float>`).
+template <class X>
+using input_scalar_t = std::remove_const_t<std::remove_pointer_t<decltype(as_input(std::declval<const X&>()).data)>>;
+
 /// Positions must be non-decreasing (causal linear attention, streaming).
 inline void require_monotone(const positions& p, index_t rows, const char* where, const char* arg) {
   if (!p.is_array()) return;

@@ -22,6 +22,7 @@
 #include <lrpe/core/relative.hpp>
 #include <lrpe/core/view.hpp>
 
+#include <span>
 #include <type_traits>
 #include <utility>
 
@@ -65,39 +66,11 @@ void require_encoding_dim(const E& e, index_t d, const char* where) {
 
 }  // namespace detail
 
-/**
- * Softmax attention of one head with a relative encoding.
- *
- * @param q, k, v  n_q×d, n_k×d, n_k×d_v: `matrix_view`s (any row stride) or row-major Eigen
- *                 matrices / maps / blocks; the same scalar T (float or double).
- * @param out      n_q×d_v output (must not overlap the inputs).
- * @param encoding `no_encoding{}`, an `lrpe::encoder`, or any `relative_encoding` (see the table
- *                 above; e.g. `canonical::alibi`, `t5_bias`, `shaw`, `deberta_v2`); its `dim()`
- *                 must equal d; its scalar must be T.
- * @param options  causal, scale, positions, tile, URPE reweighting (`softmax_options`).
- *
- * Fully masked rows (no visible key, including n_k = 0) are zero; n_q = 0 is a no-op.
- * Stable for logits of any finite magnitude (max-subtracted online softmax).
- * Scratch memory: O(tile·(tile + d_v)) plus, for encoders, the encoded Q and K (O(n·d)).
- * @throws shape_error on mismatched shapes, widths or position arrays; parameter_error if
- * `tile` < 1 or some difference t − s of the positions does not fit in int64 (an offset's last
- * row included); domain_error if the scale is not finite.
- */
-template <class Q, class K, class V, class O, class Encoding, class Reweight = no_reweighting,
-          class Backend = backend::reference>
-  requires detail::matrix_input<Q> && detail::matrix_input<K> && detail::matrix_input<V>
-void softmax_attention(const Q& q_in, const K& k_in, const V& v_in, O&& out_in, const Encoding& encoding,
-                       const softmax_options<Reweight>& options = {}, Backend backend = {}) {
-  constexpr const char* where = "lrpe::softmax_attention";
-  const auto q = detail::as_input(q_in);
-  const auto k = detail::as_input(k_in);
-  const auto v = detail::as_input(v_in);
-  const auto out = detail::as_output(out_in);
-  using T = std::remove_const_t<std::remove_pointer_t<decltype(q.data)>>;
-  static_assert(std::is_same_v<decltype(k), const matrix_view<const T>> &&
-                    std::is_same_v<decltype(v), const matrix_view<const T>> &&
-                    std::is_same_v<decltype(out), const matrix_view<T>>,
-                "lrpe::softmax_attention: q, k, v and out must have the same scalar type");
+namespace detail {
+
+/// The static requirements of a softmax call on scalar T with this encoding and reweighting.
+template <class T, class Encoding, class Reweight>
+constexpr void require_softmax_types() {
   static_assert(reweighting<Reweight>,
                 "lrpe::softmax_attention: options.reweight must be callable as c(s, t) -> double "
                 "or have a member weight(s, t)");
@@ -109,31 +82,49 @@ void softmax_attention(const Q& q_in, const K& k_in, const V& v_in, O&& out_in, 
     static_assert(std::is_same_v<typename Encoding::scalar, T>,
                   "lrpe::softmax_attention: the encoding's scalar must be the scalar of q, k and v");
   }
+}
 
-  detail::validate_qkv(q, k, v, out, options.q_positions, options.k_positions, where);
-  detail::require_parameter(options.tile >= 1, where, "options.tile", "must be >= 1", options.tile);
-  const index_t d = q.cols;
-  if constexpr (!is_none) detail::require_encoding_dim<T>(encoding, d, where);
+/// Validates a softmax call: shapes, tile, the encoding's width and value table.
+template <class T, class Encoding, class Reweight>
+void validate_softmax(const matrix_view<const T>& q, const matrix_view<const T>& k, const matrix_view<const T>& v,
+                      const matrix_view<T>& out, const Encoding& encoding, const softmax_options<Reweight>& options,
+                      const char* where) {
+  constexpr bool is_none = std::is_same_v<Encoding, no_encoding>;
+  validate_qkv(q, k, v, out, options.q_positions, options.k_positions, where);
+  require_parameter(options.tile >= 1, where, "options.tile", "must be >= 1", options.tile);
+  if constexpr (!is_none) require_encoding_dim<T>(encoding, q.cols, where);
   if constexpr (value_encoding<Encoding>) {
     bool adds_values = true;  // a Shaw encoding without a^V table adds nothing: any v.cols
     if constexpr (requires { encoding.has_value_table(); }) adds_values = encoding.has_value_table();
     if (adds_values) {
-      detail::require_shape(v.cols == static_cast<index_t>(encoding.dim()), where, "v.cols",
-                            detail::lazy_concat("must equal encoding.dim() = ", encoding.dim(),
-                                                " (the encoding adds a^V to the values)"),
-                            v.cols);
+      require_shape(v.cols == static_cast<index_t>(encoding.dim()), where, "v.cols",
+                    lazy_concat("must equal encoding.dim() = ", encoding.dim(), " (the encoding adds a^V to the values)"),
+                    v.cols);
     }
   }
-  if (q.rows == 0) return;
-  const double scale_d = detail::resolve_scale(encoding, options.scale, d, where);
-  if (!detail::finite_in<T>(scale_d))
-    detail::fail<domain_error>(where, "options.scale", "must be finite in the scalar type", scale_d);
+}
+
+/// The logits' scale in double (options.scale, or the encoding's default for width d), finite in T.
+template <class T, class Encoding, class Reweight>
+double softmax_scale(const Encoding& encoding, const softmax_options<Reweight>& options, index_t d, const char* where) {
+  const double scale_d = resolve_scale(encoding, options.scale, d, where);
+  if (!finite_in<T>(scale_d)) fail<domain_error>(where, "options.scale", "must be finite in the scalar type", scale_d);
+  return scale_d;
+}
+
+/// The body of `softmax_attention` on validated views; writes the rows' log-sum-exps to `lse`
+/// when it is not null.
+template <class T, class Encoding, class Reweight, class Backend>
+void run_softmax(const matrix_view<const T>& q, const matrix_view<const T>& k, const matrix_view<const T>& v,
+                 const matrix_view<T>& out, T* lse, const Encoding& encoding, const softmax_options<Reweight>& options,
+                 double scale_d, Backend backend) {
+  constexpr bool is_none = std::is_same_v<Encoding, no_encoding>;
   const T scale = static_cast<T>(scale_d);
   using backend::call_guard;
   [[maybe_unused]] const auto guard = call_guard(backend);  // e.g. a pool's shared workspace
 
   backend::softmax_problem<T> problem{q.rows, k.rows, v, out, options.q_positions,
-                                      options.k_positions, options.causal, options.tile};
+                                      options.k_positions, options.causal, options.tile, lse};
 
   auto value_term = [&] {
     if constexpr (value_encoding<Encoding>) {
@@ -177,6 +168,79 @@ void softmax_attention(const Q& q_in, const K& k_in, const V& v_in, O&& out_in, 
     };
     softmax_kernel(backend, problem, logits, value_term, options.reweight);
   }
+}
+
+}  // namespace detail
+
+/**
+ * Softmax attention of one head with a relative encoding.
+ *
+ * @param q, k, v  n_q×d, n_k×d, n_k×d_v: `matrix_view`s (any row stride) or row-major Eigen
+ *                 matrices / maps / blocks; the same scalar T (float or double).
+ * @param out      n_q×d_v output (must not overlap the inputs).
+ * @param encoding `no_encoding{}`, an `lrpe::encoder`, or any `relative_encoding` (see the table
+ *                 above; e.g. `canonical::alibi`, `t5_bias`, `shaw`, `deberta_v2`); its `dim()`
+ *                 must equal d; its scalar must be T.
+ * @param options  causal, scale, positions, tile, URPE reweighting (`softmax_options`).
+ *
+ * Fully masked rows (no visible key, including n_k = 0) are zero; n_q = 0 is a no-op.
+ * Stable for logits of any finite magnitude (max-subtracted online softmax).
+ * Scratch memory: O(tile·(tile + d_v)) plus, for encoders, the encoded Q and K (O(n·d)).
+ * @throws shape_error on mismatched shapes, widths or position arrays; parameter_error if
+ * `tile` < 1 or some difference t − s of the positions does not fit in int64 (an offset's last
+ * row included); domain_error if the scale is not finite.
+ */
+template <class Q, class K, class V, class O, class Encoding, class Reweight = no_reweighting,
+          class Backend = backend::reference>
+  requires detail::matrix_input<Q> && detail::matrix_input<K> && detail::matrix_input<V>
+void softmax_attention(const Q& q_in, const K& k_in, const V& v_in, O&& out_in, const Encoding& encoding,
+                       const softmax_options<Reweight>& options = {}, Backend backend = {}) {
+  constexpr const char* where = "lrpe::softmax_attention";
+  const auto q = detail::as_input(q_in);
+  const auto k = detail::as_input(k_in);
+  const auto v = detail::as_input(v_in);
+  const auto out = detail::as_output(out_in);
+  using T = detail::input_scalar_t<Q>;
+  static_assert(std::is_same_v<decltype(k), const matrix_view<const T>> &&
+                    std::is_same_v<decltype(v), const matrix_view<const T>> &&
+                    std::is_same_v<decltype(out), const matrix_view<T>>,
+                "lrpe::softmax_attention: q, k, v and out must have the same scalar type");
+  detail::require_softmax_types<T, Encoding, Reweight>();
+  detail::validate_softmax(q, k, v, out, encoding, options, where);
+  if (q.rows == 0) return;
+  detail::run_softmax(q, k, v, out, static_cast<T*>(nullptr), encoding, options,
+                      detail::softmax_scale<T>(encoding, options, q.cols, where), backend);
+}
+
+/**
+ * `softmax_attention` that also writes each query row's log-sum-exp of its visible logits,
+ * lse_s = log Σ_t e^{logit(s, t)} (−∞ for a row with no visible key; URPE's C does not enter
+ * it): what `softmax_attention_backward` takes to skip recomputing it (docs/training.md).
+ * @param lse n_q entries (`std::span<T>` of the scalar of q).
+ * @throws shape_error if lse.size() ≠ n_q; otherwise as `softmax_attention`.
+ */
+template <class Q, class K, class V, class O, class Encoding, class Reweight = no_reweighting,
+          class Backend = backend::reference>
+  requires detail::matrix_input<Q> && detail::matrix_input<K> && detail::matrix_input<V>
+void softmax_attention_lse(const Q& q_in, const K& k_in, const V& v_in, O&& out_in,
+                           std::span<detail::input_scalar_t<Q>> lse, const Encoding& encoding,
+                           const softmax_options<Reweight>& options = {}, Backend backend = {}) {
+  constexpr const char* where = "lrpe::softmax_attention_lse";
+  const auto q = detail::as_input(q_in);
+  const auto k = detail::as_input(k_in);
+  const auto v = detail::as_input(v_in);
+  const auto out = detail::as_output(out_in);
+  using T = detail::input_scalar_t<Q>;
+  static_assert(std::is_same_v<decltype(k), const matrix_view<const T>> &&
+                    std::is_same_v<decltype(v), const matrix_view<const T>> &&
+                    std::is_same_v<decltype(out), const matrix_view<T>>,
+                "lrpe::softmax_attention_lse: q, k, v and out must have the same scalar type");
+  detail::require_softmax_types<T, Encoding, Reweight>();
+  detail::validate_softmax(q, k, v, out, encoding, options, where);
+  detail::require_equal(static_cast<index_t>(lse.size()), q.rows, where, "lse.size()", "q.rows");
+  if (q.rows == 0) return;
+  detail::run_softmax(q, k, v, out, lse.data(), encoding, options,
+                      detail::softmax_scale<T>(encoding, options, q.cols, where), backend);
 }
 
 }  // namespace v0

@@ -9,3 +9,4 @@
 #include <lrpe/backend/reference/encode.hpp>
 #include <lrpe/backend/reference/linear.hpp>
 #include <lrpe/backend/reference/softmax.hpp>
+#include <lrpe/backend/reference/softmax_backward.hpp>

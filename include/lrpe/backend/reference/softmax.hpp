@@ -111,7 +111,8 @@ void add_tile_values(const matrix_view<const T>& v, index_t j0, const Tile& S, A
  *                numerator only (A = softmax ⊙ C, not renormalised).
  *
  * out_s = Σ_t c_st e^{l_st − m_s} (v_t + a^V) / Σ_t e^{l_st − m_s} over visible t; a row with
- * no visible key is set to zero. A NaN visible logit (NaN in q, k or a bias; +∞ from overflow
+ * no visible key is set to zero. When `p.lse` is not null it gets m_s + log Σ_t e^{l_st − m_s}
+ * (−∞ for a row with no visible key; c does not enter it). A NaN visible logit (NaN in q, k or a bias; +∞ from overflow
  * gives one as ∞ − ∞) makes its row NaN. A key whose weight is exactly zero in its tile (masked,
  * or underflowed there) adds nothing to a row, so a NaN or ±∞ in a masked key's value reaches
  * none of the rows that mask it (every other output value equals a clean call's).
@@ -175,6 +176,7 @@ void softmax_kernel(reference, const softmax_problem<T>& p, const Logits& logits
       } else {
         for (index_t j = 0; j < dv; ++j) o[j] = T(0);
       }
+      if (p.lse != nullptr) p.lse[i0 + i] = l[i] != T(0) ? m[i] + std::log(l[i]) : neg_inf;
     }
   }
 }

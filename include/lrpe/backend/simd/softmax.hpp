@@ -35,6 +35,7 @@
 
 #include <lrpe/attention/backend_interface.hpp>
 #include <lrpe/backend/reference/softmax.hpp>
+#include <lrpe/backend/reference/softmax_backward.hpp>
 #include <lrpe/backend/simd/detail/exp2.hpp>
 #include <lrpe/backend/simd/detail/micro_kernels.hpp>
 #include <lrpe/backend/simd/detail/prefetch.hpp>
@@ -106,6 +107,12 @@ struct query_tile {
   position_t pos[tl::BQ];
   index_t group_keys[tl::BQ / tl::R + 1];  ///< per group of R rows: keys of the tile visible to it (0: none)
 };
+
+/// A row's natural log-sum-exp from its base-2 running max m and sum l (−∞ when l = 0).
+template <class T>
+T log_sum_exp_of(T m, T l) {
+  return l != T(0) ? (m + std::log2(l)) * std::numbers::ln2_v<T> : -std::numeric_limits<T>::infinity();
+}
 
 /// Loads Q̂ and the positions of the tile, zeroes O and l, sets m to −∞.
 template <class T, class A>
@@ -328,6 +335,7 @@ LRPE_ALWAYS_INLINE void finish_query_tile(const query_tile<T, A>& t, const softm
     } else {
       for (index_t c = 0; c < sh.dv; ++c) o[c] = T(0);
     }
+    if (p.lse != nullptr) p.lse[t.i0 + i] = log_sum_exp_of(t.m[i], t.l[i]);
   }
 }
 
@@ -549,6 +557,7 @@ void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>
     } else {
       for (index_t c = 0; c < dv; ++c) o[c] = T(0);
     }
+    if (p.lse != nullptr) p.lse[i0 + r] = log_sum_exp_of(m[r], l[r]);
   }
 }
 
@@ -673,6 +682,13 @@ void softmax_kernel(const B& b, const softmax_problem<T>& p, const biased_logits
 template <simd_backend B, class T, class Logits, class ValueTerm, class Reweight>
 void softmax_kernel(const B&, const softmax_problem<T>& p, const Logits& l, const ValueTerm& v, const Reweight& c) {
   softmax_kernel(reference{}, p, l, v, c);
+}
+
+/// The backward: the reference kernel, until a SIMD one is written (docs/training.md).
+template <simd_backend B, class T, class Logits, class Reweight>
+void softmax_backward_kernel(const B&, const softmax_backward_problem<T>& p, const dot_logits<T>& content,
+                             const Logits& l, const Reweight& c) {
+  softmax_backward_kernel(reference{}, p, content, l, c);
 }
 
 /// Encoded Q and K of linearizable encodings live in the (reused) workspace.

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: MIT
+/**
+ * @file softmax_backward.hpp
+ * Reference kernel of the softmax attention backward, FlashAttention-2's algorithm written for
+ * clarity: with D_s = dO_s·O_s and the row log-sum-exps (from the forward, or recomputed here by
+ * the forward's own online pass), each (query tile, key tile) pair recomputes its logits and
+ *
+ *     P = e^{S − lse}  (0 where masked),   W = P ∘ C  (URPE's reweighting; C = 1 without)
+ *     dV += Wᵀ dO,     dP = (dO Vᵀ) ∘ C,   dS = P ∘ (dP − D)
+ *     dA += scale·dS B,   dB += scale·dSᵀ A          (logits = scale·A Bᵀ + bias)
+ *
+ * Memory: one tile_q×tile_k tile of each of S, dP; never n×n. D_s = Σ_t P_st dP_st holds with
+ * the reweighting too, since O_s = Σ_t P_st c_st v_t.
+ */
+#pragma once
+
+#include <lrpe/attention/backend_interface.hpp>
+#include <lrpe/attention/options.hpp>
+#include <lrpe/backend/reference/softmax.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace lrpe {
+inline namespace v0 {
+namespace backend {
+
+namespace reference_detail {
+
+/// A tile of rows [r0, r1) of a view as an Eigen map.
+template <class T>
+auto tile_of(const matrix_view<T>& x, index_t r0, index_t r1) {
+  using M = Eigen::Map<std::conditional_t<std::is_const_v<T>, const row_matrix<std::remove_const_t<T>>,
+                                          row_matrix<T>>,
+                       0, Eigen::OuterStride<>>;
+  return M(x.row(r0), r1 - r0, x.cols, Eigen::OuterStride<>(x.row_stride));
+}
+
+/// The forward's log-sum-exps, by its own kernel run on a scratch output (the values are not used).
+template <class T, class Logits, class Reweight>
+std::vector<T> recompute_lse(const softmax_problem<T>& fwd, const Logits& logits, const Reweight& c) {
+  std::vector<T> lse(static_cast<std::size_t>(fwd.nq));
+  row_matrix<T> scratch(fwd.nq, fwd.v.cols);
+  softmax_problem<T> p = fwd;
+  p.out = view(scratch);
+  p.lse = lse.data();
+  softmax_kernel(reference{}, p, logits, no_value_term{}, c);
+  return lse;
+}
+
+/**
+ * One (query tile, key tile) pair of the backward: S (logits, masked) becomes P, then dS, and
+ * the tile's contributions are added to dA, dB and dV. Where P is 0 (masked, or underflowed),
+ * dS is 0: a non-finite value of a masked key reaches no gradient.
+ */
+template <class T, class Reweight, class Tile>
+void backward_tile(const softmax_backward_problem<T>& p, const dot_logits<T>& content, const Reweight& c,
+                   const T* lse, const std::vector<T>& delta, index_t i0, index_t i1, index_t j0, index_t j1,
+                   Tile& S, Tile& dP) {
+  const softmax_problem<T>& f = p.forward;
+  const index_t bq = i1 - i0, bk = j1 - j0;
+  const auto d_out = tile_of(p.d_out, i0, i1);
+  const auto v = tile_of(f.v, j0, j1);
+  dP.topLeftCorner(bq, bk).noalias() = d_out * v.transpose();
+  for (index_t i = 0; i < bq; ++i) {
+    const position_t s = f.q_positions[i0 + i];
+    for (index_t j = 0; j < bk; ++j) {
+      const position_t t = f.k_positions[j0 + j];
+      const bool visible = !f.causal || t <= s;
+      const T prob = visible ? std::exp(S(i, j) - lse[i0 + i]) : T(0);
+      T weight = T(1);
+      if constexpr (!std::is_same_v<Reweight, no_reweighting>) {
+        if (prob != T(0)) weight = static_cast<T>(lrpe::detail::reweight_at(c, s, t));
+      }
+      S(i, j) = prob * weight;                                                    // W, for dV
+      dP(i, j) = prob == T(0) ? T(0) : prob * (dP(i, j) * weight - delta[static_cast<std::size_t>(i0 + i)]);  // dS
+    }
+  }
+  auto W = S.topLeftCorner(bq, bk);
+  auto dS = dP.topLeftCorner(bq, bk);
+  tile_of(p.dv, j0, j1).noalias() += W.transpose() * d_out;
+  tile_of(p.da, i0, i1).noalias() += content.scale * (dS * tile_of(content.b, j0, j1));
+  tile_of(p.db, j0, j1).noalias() += content.scale * (dS.transpose() * tile_of(content.a, i0, i1));
+}
+
+}  // namespace reference_detail
+
+/**
+ * Reference softmax attention backward (see the file comment). A row with no visible key has
+ * O = 0 and contributes nothing; a NaN row (a NaN logit) gives NaN gradients where it reaches.
+ */
+template <class T, class Logits, class Reweight>
+void softmax_backward_kernel(reference, const softmax_backward_problem<T>& p, const dot_logits<T>& content,
+                             const Logits& logits, const Reweight& c) {
+  const softmax_problem<T>& f = p.forward;
+  for (auto* m : {&p.da, &p.db, &p.dv})
+    for (index_t i = 0; i < m->rows; ++i) std::fill(m->row(i), m->row(i) + m->cols, T(0));
+  if (f.nq == 0 || f.nk == 0) return;
+  std::vector<T> recomputed;
+  const T* lse = p.lse;
+  if (lse == nullptr) {
+    recomputed = reference_detail::recompute_lse(f, logits, c);
+    lse = recomputed.data();
+  }
+  std::vector<T> delta(static_cast<std::size_t>(f.nq));  // D_s = dO_s·O_s
+  for (index_t i = 0; i < f.nq; ++i) {
+    T acc = 0;
+    for (index_t j = 0; j < f.v.cols; ++j) acc += p.d_out.row(i)[j] * f.out.row(i)[j];
+    delta[static_cast<std::size_t>(i)] = acc;
+  }
+  const index_t bt = std::max<index_t>(1, f.tile);
+  const index_t tq = std::min(bt, f.nq), tk = std::min(bt, f.nk);
+  row_matrix<T> s_tile(tq, tk), dp_tile(tq, tk);
+  for (index_t i0 = 0; i0 < f.nq; i0 += bt) {
+    const index_t i1 = std::min(f.nq, i0 + bt);
+    for (index_t j0 = 0; j0 < f.nk; j0 += bt) {
+      const index_t j1 = std::min(f.nk, j0 + bt);
+      auto S = s_tile.topLeftCorner(i1 - i0, j1 - j0);
+      logits(i0, i1, j0, j1, S);
+      reference_detail::backward_tile(p, content, c, lse, delta, i0, i1, j0, j1, s_tile, dp_tile);
+    }
+  }
+}
+
+}  // namespace backend
+}  // namespace v0
+}  // namespace lrpe

@@ -1,0 +1,312 @@
+// SPDX-License-Identifier: MIT
+// softmax_attention_backward and softmax_attention_lse against an independent long-double
+// reference: the forward written densely here (logits from the reference matrices of
+// tests/reference.hpp, the softmax, the reweighting, L = Σ dO∘O), and every gradient (dQ, dK,
+// dV, θ, the Householder vector) by Richardson-extrapolated central differences of it. Causal
+// and not, offsets and position arrays (far, and rows with no visible key), ALiBi, a URPE-style
+// reweighting, complex encoders, tiles, the log-sum-exps, and bad input.
+#include "gradient_helpers.hpp"
+#include "reference.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+using grad_test::cvec;
+using grad_test::derivative;
+using grad_test::relative_error;
+using grad_test::uniform;
+using lrpe::index_t;
+using lrpe::position_t;
+using ref::cld;
+using ref::ld;
+
+namespace {
+
+using ld_rows = Eigen::Matrix<ld, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+/// One softmax problem: shapes, positions, and the encoding's pieces as long-double functions.
+struct setup {
+  index_t nq = 5, nk = 6, d = 4, dv = 3;
+  std::vector<position_t> qp, kp;
+  bool causal = false;
+  index_t tile = 64;
+  std::function<ld(position_t, position_t)> bias = [](position_t, position_t) { return ld(0); };
+  std::function<ld(position_t, position_t)> weight = [](position_t, position_t) { return ld(1); };
+};
+
+/// The rows' logits' features: M(s) x as complex d-vectors (M = I without an encoder).
+using features_fn = std::function<cvec(position_t, const ld_rows&, index_t)>;
+
+/// The dense long-double forward: per query row, its visible logits, their softmax, the
+/// reweighting, O; then L = Σ dO∘O and (optionally) each row's log-sum-exp.
+ld reference_loss(const setup& c, ld scale, const features_fn& feat, const ld_rows& q, const ld_rows& k,
+                   const ld_rows& v, const ld_rows& d_out, std::vector<ld>* lse = nullptr) {
+  std::vector<cvec> kf;
+  for (index_t t = 0; t < c.nk; ++t) kf.push_back(feat(c.kp[std::size_t(t)], k, t));
+  ld loss = 0;
+  for (index_t s = 0; s < c.nq; ++s) {
+    const position_t ps = c.qp[std::size_t(s)];
+    const cvec qf = feat(ps, q, s);
+    std::vector<ld> logit(std::size_t(c.nk), -std::numeric_limits<ld>::infinity());
+    ld top = -std::numeric_limits<ld>::infinity();
+    for (index_t t = 0; t < c.nk; ++t) {
+      const position_t pt = c.kp[std::size_t(t)];
+      if (c.causal && pt > ps) continue;
+      logit[std::size_t(t)] = scale * (qf.adjoint() * kf[std::size_t(t)])(0, 0).real() + c.bias(ps, pt);
+      top = std::max(top, logit[std::size_t(t)]);
+    }
+    if (lse != nullptr) lse->push_back(top);
+    if (top == -std::numeric_limits<ld>::infinity()) continue;  // no visible key: O_s = 0
+    ld sum = 0;
+    for (ld l : logit) sum += std::exp(l - top);
+    if (lse != nullptr) lse->back() = top + std::log(sum);
+    for (index_t t = 0; t < c.nk; ++t) {
+      const ld p = std::exp(logit[std::size_t(t)] - top) / sum;
+      if (p == 0) continue;
+      const ld w = p * c.weight(ps, c.kp[std::size_t(t)]);
+      for (index_t j = 0; j < c.dv; ++j) loss += d_out(s, j) * w * v(t, j);
+    }
+  }
+  return loss;
+}
+
+features_fn plain_features() {
+  return [](position_t, const ld_rows& x, index_t i) { return cvec(x.row(i).transpose().template cast<cld>()); };
+}
+/// Λ(s)·P·x with Λ from the policy's parameters and P given as a long-double matrix.
+template <class L>
+features_fn lambda_features(const L& l, const ref::mat& p) {
+  return [l, p](position_t s, const ld_rows& x, index_t i) {
+    return cvec(ref::Lambda(l, s) * (p * x.row(i).transpose().template cast<cld>()));
+  };
+}
+template <class E>
+features_fn encoder_features(const E& e) {
+  return lambda_features(e.lambda(), ref::P(e.p()));
+}
+
+template <class T>
+ld_rows to_ld(const lrpe::row_matrix<T>& m) {
+  return m.template cast<ld>();
+}
+
+/// Finite differences of L along every entry of one input (the others fixed).
+template <class Loss>
+std::vector<ld> input_gradient(const ld_rows& x, const Loss& loss_with) {
+  std::vector<double> w(x.data(), x.data() + x.size());
+  std::vector<ld> g(w.size());
+  for (std::size_t j = 0; j < w.size(); ++j) {
+    g[j] = derivative(w, j, 1e-3, [&](const std::vector<double>& p) {
+      ld_rows y = x;
+      for (index_t i = 0; i < y.size(); ++i) y.data()[i] = p[std::size_t(i)];
+      return loss_with(y);
+    });
+  }
+  return g;
+}
+
+template <class T>
+std::vector<double> flat(const lrpe::row_matrix<T>& m) {
+  return std::vector<double>(m.data(), m.data() + m.size());
+}
+
+template <class T>
+ld tolerance() {
+  return sizeof(T) < sizeof(double) ? 2e-4L : 1e-10L;
+}
+
+/// The library's forward (with log-sum-exps) and backward on `c` against the reference: O, lse,
+/// dQ, dK, dV, and the encoder's parameter gradients.
+template <class T, class Encoding>
+void check_case(const setup& c, const Encoding& encoding, const features_fn& feat, std::uint64_t seed) {
+  CAPTURE(c.causal);
+  CAPTURE(c.tile);
+  const auto q = uniform<T>(c.nq, c.d, seed), k = uniform<T>(c.nk, c.d, seed + 1);
+  const auto v = uniform<T>(c.nk, c.dv, seed + 2), d_out = uniform<T>(c.nq, c.dv, seed + 3);
+  const ld scale = 1 / std::sqrt(ld(c.d));
+  const auto reweight = [&c](position_t s, position_t t) { return double(c.weight(s, t)); };
+  lrpe::softmax_options<decltype(reweight)> opt{c.causal, std::nullopt, c.qp, c.kp, c.tile, reweight};
+
+  lrpe::row_matrix<T> out(c.nq, c.dv), dq(c.nq, c.d), dk(c.nk, c.d), dv(c.nk, c.dv);
+  std::vector<T> lse(std::size_t(c.nq));
+  lrpe::softmax_attention_lse(q, k, v, out, std::span<T>(lse), encoding, opt);
+  lrpe::encoder_gradient grad;
+  if constexpr (lrpe::lrpe_encoder<Encoding>) grad = encoding.make_gradient();
+  lrpe::softmax_attention_backward(q, k, v, out, d_out, std::span<const T>(lse), dq, dk, dv, encoding, opt,
+                                   lrpe::lrpe_encoder<Encoding> ? &grad : nullptr);
+
+  const ld_rows ql = to_ld(q), kl = to_ld(k), vl = to_ld(v), dol = to_ld(d_out);
+  std::vector<ld> lse_ref;
+  reference_loss(c, scale, feat, ql, kl, vl, dol, &lse_ref);
+  for (index_t i = 0; i < c.nq; ++i) {
+    if (std::isinf(lse_ref[std::size_t(i)])) CHECK(lse[std::size_t(i)] == -std::numeric_limits<T>::infinity());
+    else CHECK(std::abs(ld(lse[std::size_t(i)]) - lse_ref[std::size_t(i)]) <= 64 * std::numeric_limits<T>::epsilon());
+  }
+  const auto loss = [&](const ld_rows& qq, const ld_rows& kk, const ld_rows& vv) {
+    return reference_loss(c, scale, feat, qq, kk, vv, dol);
+  };
+  CHECK(relative_error(flat(dq), input_gradient(ql, [&](const ld_rows& x) { return loss(x, kl, vl); })) <= tolerance<T>());
+  CHECK(relative_error(flat(dk), input_gradient(kl, [&](const ld_rows& x) { return loss(ql, x, vl); })) <= tolerance<T>());
+  CHECK(relative_error(flat(dv), input_gradient(vl, [&](const ld_rows& x) { return loss(ql, kl, x); })) <= tolerance<T>());
+
+  if constexpr (lrpe::lrpe_encoder<Encoding>) {
+    using P = typename Encoding::p_type;
+    using L = typename Encoding::lambda_type;
+    if constexpr (lrpe::reparameterisable<L>) {
+      double far = 1;  // the loss depends on t − s only: the step is sized by the span
+      for (auto s : c.qp)
+        for (auto t : c.kp) far = std::max(far, std::abs(double(t - s)));
+      const auto theta = encoding.lambda().parameters();
+      std::vector<ld> want(theta.size());
+      for (std::size_t j = 0; j < theta.size(); ++j) {
+        want[j] = derivative(theta, j, 1e-4 / far, [&](const std::vector<double>& w) {
+          return reference_loss(c, scale, lambda_features(encoding.lambda().with_parameters(w), ref::P(encoding.p())),
+                                ql, kl, vl, dol);
+        });
+      }
+      CHECK(relative_error(grad.lambda, want) <= tolerance<T>());
+    }
+    if constexpr (std::is_same_v<P, lrpe::p::householder<T>>) {
+      const auto w0 = encoding.p().parameters();  // ‖v‖·u
+      std::vector<ld> want(w0.size());
+      for (std::size_t j = 0; j < w0.size(); ++j) {
+        want[j] = derivative(w0, j, 1e-4 * encoding.p().input_norm(), [&](const std::vector<double>& w) {
+          return reference_loss(c, scale, lambda_features(encoding.lambda(), grad_test::householder_from(w)), ql, kl,
+                                vl, dol);
+        });
+      }
+      CHECK(relative_error(grad.p, want) <= tolerance<T>());
+    }
+  }
+}
+
+std::vector<position_t> offset(position_t first, index_t n) {
+  std::vector<position_t> p;
+  for (index_t i = 0; i < n; ++i) p.push_back(first + i);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("softmax backward, no encoding: dQ, dK, dV and the log-sum-exps against the long-double "
+                   "reference (causal or not, offsets, arrays with masked rows, tiles)", T, float, double) {
+  setup c;
+  c.qp = offset(3, c.nq);
+  c.kp = offset(0, c.nk);
+  for (bool causal : {false, true}) {
+    c.causal = causal;
+    for (index_t tile : {1, 3, 64}) {
+      c.tile = tile;
+      check_case<T>(c, lrpe::no_encoding{}, plain_features(), 100 + std::uint64_t(tile));
+    }
+  }
+  // positions arrays, causal: the first query row sees no key, another sees one
+  c.qp = {-4, 0, 2, 2, 9};
+  c.kp = {0, 1, 1, 5, 8, 30};
+  c.causal = true;
+  c.tile = 2;
+  check_case<T>(c, lrpe::no_encoding{}, plain_features(), 200);
+}
+
+TEST_CASE_TEMPLATE("softmax backward, lrpe encoders: dQ, dK, dV and dθ, dv (Householder) against the long-double "
+                   "reference, near and far positions", T, float, double) {
+  setup c;
+  c.d = 6;
+  const lrpe::type3<T> type3(c.d);                           // learned Householder vector and θ
+  const lrpe::rope_neox<T> neox(c.d);                         // split-half pairs
+  const lrpe::type8<T> type8(c.d);                            // complex (DFT, phases)
+  for (position_t base : {position_t(0), position_t(1'000'000)}) {
+    c.qp = offset(base + 2, c.nq);
+    c.kp = offset(base, c.nk);
+    for (bool causal : {false, true}) {
+      c.causal = causal;
+      check_case<T>(c, type3, encoder_features(type3), 300);
+      check_case<T>(c, neox, encoder_features(neox), 301);
+      check_case<T>(c, type8, encoder_features(type8), 302);
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("softmax backward: ALiBi's bias and a URPE-style reweighting", T, float, double) {
+  setup c;
+  c.qp = offset(0, c.nq);
+  c.kp = offset(0, c.nk);
+  const auto alibi = lrpe::canonical::alibi<T>::for_heads(c.d, 4, lrpe::canonical::alibi_form::symmetric).head(1);
+  c.bias = [&alibi](position_t s, position_t t) { return ld(alibi.bias(s, t)); };
+  check_case<T>(c, alibi, plain_features(), 400);
+  c.causal = true;
+  check_case<T>(c, alibi, plain_features(), 401);
+  c.bias = [](position_t, position_t) { return ld(0); };
+  c.weight = [](position_t s, position_t t) { return ld(1) + ld(0.25) * ld((t - s) % 3); };
+  check_case<T>(c, lrpe::no_encoding{}, plain_features(), 402);
+  c.causal = false;
+  const lrpe::rope_gptj<T> rope(c.d);
+  check_case<T>(c, rope, encoder_features(rope), 403);
+}
+
+TEST_CASE("softmax backward: recomputed log-sum-exps give the same gradients; empty problems give zeros") {
+  using T = double;
+  const lrpe::type2<T> e(4);
+  const auto q = uniform<T>(5, 4, 1), k = uniform<T>(7, 4, 2), v = uniform<T>(7, 3, 3), d_out = uniform<T>(5, 3, 4);
+  lrpe::softmax_options<> opt;
+  opt.causal = true;
+  opt.tile = 2;
+  lrpe::row_matrix<T> out(5, 3), dq1(5, 4), dk1(7, 4), dv1(7, 3), dq2(5, 4), dk2(7, 4), dv2(7, 3);
+  std::vector<T> lse(5);
+  lrpe::softmax_attention_lse(q, k, v, out, std::span<T>(lse), e, opt);
+  auto g1 = e.make_gradient(), g2 = e.make_gradient();
+  lrpe::softmax_attention_backward(q, k, v, out, d_out, std::span<const T>(lse), dq1, dk1, dv1, e, opt, &g1);
+  lrpe::softmax_attention_backward(q, k, v, out, d_out, {}, dq2, dk2, dv2, e, opt, &g2);
+  CHECK(dq1 == dq2);
+  CHECK(dk1 == dk2);
+  CHECK(dv1 == dv2);
+  CHECK(g1.lambda == g2.lambda);
+  CHECK(g1.p == g2.p);
+  // The plain forward's output equals the one with log-sum-exps.
+  lrpe::row_matrix<T> plain(5, 3);
+  lrpe::softmax_attention(q, k, v, plain, e, opt);
+  CHECK(plain == out);
+
+  lrpe::row_matrix<T> none(0, 4), no_v(0, 3), dnone(0, 4), dnov(0, 3), o5(5, 3), g5(5, 3);
+  o5.setZero();
+  dq1.setConstant(7);
+  lrpe::softmax_attention_backward(q, none, no_v, o5, d_out, {}, dq1, dnone, dnov, e, opt);
+  CHECK(dq1.isZero(0));
+}
+
+TEST_CASE("softmax backward: bad input is a clear error naming the argument") {
+  using T = float;
+  const auto q = uniform<T>(3, 4, 1), k = uniform<T>(5, 4, 2), v = uniform<T>(5, 2, 3), d_out = uniform<T>(3, 2, 4);
+  lrpe::row_matrix<T> out(3, 2), dq(3, 4), dk(5, 4), dv(5, 2), bad_dq(3, 5), bad_dout(2, 2);
+  const std::vector<T> short_lse(2);
+  const auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const lrpe::error& e) {
+      return std::string(dynamic_cast<const std::exception&>(e).what());
+    }
+    return std::string("no error");
+  };
+  const lrpe::no_encoding none;
+  CHECK(message([&] { lrpe::softmax_attention_backward(q, k, v, out, bad_dout, {}, dq, dk, dv, none); })
+            .find("d_out.rows") != std::string::npos);
+  CHECK(message([&] { lrpe::softmax_attention_backward(q, k, v, out, d_out, {}, bad_dq, dk, dv, none); })
+            .find("dq.cols") != std::string::npos);
+  CHECK(message([&] {
+          lrpe::softmax_attention_backward(q, k, v, out, d_out, std::span<const T>(short_lse), dq, dk, dv, none);
+        }).find("lse.size()") != std::string::npos);
+  std::vector<T> lse(2);
+  CHECK(message([&] { lrpe::softmax_attention_lse(q, k, v, out, std::span<T>(lse), none); }).find("lse.size()") !=
+        std::string::npos);
+  const lrpe::type2<T> e(4);
+  lrpe::encoder_gradient wrong{{}, {}};
+  CHECK(message([&] {
+          lrpe::softmax_attention_backward(q, k, v, out, d_out, {}, dq, dk, dv, e, lrpe::softmax_options<>{}, &wrong);
+        }).find("grad->p.size()") != std::string::npos);
+}
