@@ -310,3 +310,67 @@ TEST_CASE("softmax backward: bad input is a clear error naming the argument") {
           lrpe::softmax_attention_backward(q, k, v, out, d_out, {}, dq, dk, dv, e, lrpe::softmax_options<>{}, &wrong);
         }).find("grad->p.size()") != std::string::npos);
 }
+
+TEST_CASE_TEMPLATE("softmax backward, multi-head: grouped-query K/V (dK, dV summed over each group), a shared encoder's "
+                   "gradient summed over heads, per-head encoders' own, == the single-head calls", T, float, double) {
+  const index_t B = 2, H = 4, HK = 2, n = 5, d = 6, dv = 3;
+  std::vector<T> q(std::size_t(B * H * n * d)), k(std::size_t(B * HK * n * d)), v(std::size_t(B * HK * n * dv)),
+      d_out(std::size_t(B * H * n * dv)), out(d_out.size()), dq(q.size()), dk(k.size()), dvv(v.size()),
+      lse(std::size_t(B * H * n));
+  lrpe::generator g(77);
+  for (auto* buf : {&q, &k, &v, &d_out})
+    for (auto& x : *buf) x = static_cast<T>(2 * g.uniform01() - 1);
+  const auto qv = lrpe::bnsh(std::as_const(q).data(), B, H, n, d), kv = lrpe::bnsh(std::as_const(k).data(), B, HK, n, d);
+  const auto vv = lrpe::bnsh(std::as_const(v).data(), B, HK, n, dv);
+  const auto ov = lrpe::bnsh(std::as_const(out).data(), B, H, n, dv), dov = lrpe::bnsh(std::as_const(d_out).data(), B, H, n, dv);
+  lrpe::softmax_options<> opt;
+  opt.causal = true;
+  opt.q_positions = 3;
+  const lrpe::type3<T> shared(d);
+  const std::vector<lrpe::rope_neox<T>> per_head{lrpe::rope_neox<T>(d), lrpe::rope_neox<T>(d), lrpe::rope_neox<T>(d),
+                                                 lrpe::rope_neox<T>(d)};
+  const auto run = [&](const auto& encodings, std::span<lrpe::encoder_gradient> grads, const auto& head_encoding) {
+    lrpe::softmax_attention_lse(qv, kv, vv, lrpe::bnsh(out.data(), B, H, n, dv), std::span<T>(lse), encodings, opt);
+    lrpe::softmax_attention_backward(qv, kv, vv, ov, dov, std::span<const T>(lse), lrpe::bnsh(dq.data(), B, H, n, d),
+                                     lrpe::bnsh(dk.data(), B, HK, n, d), lrpe::bnsh(dvv.data(), B, HK, n, dv), encodings,
+                                     opt, grads);
+    // the single-head calls, K and V of head h / 2, summed by hand
+    std::vector<lrpe::encoder_gradient> want;
+    for (const auto& gr : grads) want.push_back(gr), want.back().zero();
+    for (index_t b = 0; b < B; ++b) {
+      lrpe::row_matrix<T> dk_sum = lrpe::row_matrix<T>::Zero(n * HK, d), dv_sum = lrpe::row_matrix<T>::Zero(n * HK, dv);
+      for (index_t h = 0; h < H; ++h) {
+        const index_t hk = h / (H / HK);
+        lrpe::row_matrix<T> o1(n, dv), dq1(n, d), dk1(n, d), dv1(n, dv);
+        std::vector<T> l1(static_cast<std::size_t>(n));
+        const auto& e = head_encoding(h);
+        lrpe::softmax_attention_lse(qv.head(b, h), kv.head(b, hk), vv.head(b, hk), o1, std::span<T>(l1), e, opt);
+        lrpe::encoder_gradient* gr = want.empty() ? nullptr : &want[want.size() == 1 ? 0 : std::size_t(h)];
+        lrpe::softmax_attention_backward(qv.head(b, h), kv.head(b, hk), vv.head(b, hk), o1, dov.head(b, h),
+                                         std::span<const T>(l1), dq1, dk1, dv1, e, opt, gr);
+        for (index_t i = 0; i < n; ++i) {
+          for (index_t j = 0; j < d; ++j) CHECK(dq[std::size_t(((b * H + h) * n + i) * d + j)] == dq1(i, j));
+          for (index_t j = 0; j < dv; ++j) CHECK(out[std::size_t(((b * H + h) * n + i) * dv + j)] == o1(i, j));
+        }
+        dk_sum.middleRows(hk * n, n) += dk1;
+        dv_sum.middleRows(hk * n, n) += dv1;
+      }
+      for (index_t hk = 0; hk < HK; ++hk)
+        for (index_t i = 0; i < n; ++i) {
+          for (index_t j = 0; j < d; ++j) CHECK(dk[std::size_t(((b * HK + hk) * n + i) * d + j)] == dk_sum(hk * n + i, j));
+          for (index_t j = 0; j < dv; ++j)
+            CHECK(dvv[std::size_t(((b * HK + hk) * n + i) * dv + j)] == dv_sum(hk * n + i, j));
+        }
+    }
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      CHECK(grads[i].lambda == want[i].lambda);
+      CHECK(grads[i].p == want[i].p);
+    }
+  };
+  std::vector<lrpe::encoder_gradient> one{shared.make_gradient()};
+  run(shared, one, [&](index_t) -> const lrpe::type3<T>& { return shared; });
+  std::vector<lrpe::encoder_gradient> four(4, per_head[0].make_gradient());
+  run(per_head, four, [&](index_t h) -> const lrpe::rope_neox<T>& { return per_head[std::size_t(h)]; });
+  CHECK_THROWS_AS(run(per_head, one, [&](index_t h) -> const lrpe::rope_neox<T>& { return per_head[std::size_t(h)]; }),
+                  lrpe::shape_error);
+}

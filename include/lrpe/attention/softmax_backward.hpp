@@ -12,10 +12,13 @@
  *
  * URPE's reweighting C is differentiated through (C itself is fixed). Other encodings (Shaw,
  * DeBERTa, Transformer-XL, cosFormer, value terms) are a compile error naming what is missing.
+ * The multi-head forms take `heads_view`s, grouped-query K/V included (dK, dV summed over each
+ * K/V head's query heads).
  */
 #pragma once
 
 #include <lrpe/attention/backend_interface.hpp>
+#include <lrpe/attention/multihead.hpp>
 #include <lrpe/attention/options.hpp>
 #include <lrpe/attention/softmax.hpp>
 #include <lrpe/encoder.hpp>
@@ -171,6 +174,117 @@ void softmax_attention_backward(const Q& q_in, const K& k_in, const V& v_in, con
         backend, problem, content,
         backend::biased_logits<T, Encoding>{content, &encoding, options.q_positions, options.k_positions},
         options.reweight);
+  }
+}
+
+/**
+ * Multi-head `softmax_attention_lse`: `lse` holds batch × heads × seq entries, entry
+ * (b·heads + h)·seq + i for row i of head h of batch entry b. Arguments and errors as the
+ * multi-head `softmax_attention`; heads run in order on the calling thread.
+ */
+template <class TQ, class TK, class TV, class T, class Encodings, class Reweight = no_reweighting,
+          class Backend = backend::reference>
+void softmax_attention_lse(const heads_view<TQ>& q, const heads_view<TK>& k, const heads_view<TV>& v,
+                           const heads_view<T>& out, std::span<T> lse, const Encodings& encodings,
+                           const softmax_options<Reweight>& options = {}, Backend backend = {}) {
+  constexpr const char* where = "lrpe::softmax_attention_lse (multi-head)";
+  static_assert(!std::is_const_v<T>, "lrpe::softmax_attention_lse: out must be a mutable heads_view");
+  detail::validate_heads(q, where, "q");
+  detail::validate_heads(k, where, "k");
+  detail::validate_heads(v, where, "v");
+  detail::validate_heads(out, where, "out");
+  detail::require_kv_heads(q, k, where, "k");
+  detail::require_same_bh(k, v, where, "v");
+  detail::require_same_bh(q, out, where, "out");
+  detail::require_head_shapes(q, k, v, out, where);
+  detail::require_equal(static_cast<index_t>(lse.size()), q.batch * q.heads * q.seq, where, "lse.size()",
+                        "q.batch * q.heads * q.seq");
+  detail::check_head_encodings<std::remove_const_t<TQ>>(encodings, q.heads, q.dim, where);
+  for (index_t b = 0; b < q.batch; ++b) {
+    for (index_t h = 0; h < q.heads; ++h) {
+      const index_t hk = detail::kv_head(q, k, h);
+      softmax_options<Reweight> head_options = options;
+      if constexpr (detail::multi_head_table<Reweight>)
+        head_options.reweight = detail::table_head(options.reweight, h, q.heads, where, "options.reweight.heads()");
+      softmax_attention_lse(detail::as_const_heads(q).head(b, h), detail::as_const_heads(k).head(b, hk),
+                            detail::as_const_heads(v).head(b, hk), out.head(b, h),
+                            lse.subspan(static_cast<std::size_t>((b * q.heads + h) * q.seq), static_cast<std::size_t>(q.seq)),
+                            detail::head_encoding(encodings, h, q.heads, where), head_options, backend);
+    }
+  }
+}
+
+/**
+ * Multi-head `softmax_attention_backward`: dq (q's shape) is written per head; dk and dv (k's
+ * and v's shapes) get, per K/V head, the sum over the query heads that read it (grouped-query
+ * attention). `lse`: as written by the multi-head `softmax_attention_lse`, or empty.
+ * @param grads none; one `encoder_gradient` for an encoder shared by every head (summed over
+ *              heads and batch); or one per head (q.heads of them) for per-head encoders.
+ * @throws shape_error as the multi-head forward, and for d_out, dq, dk, dv, lse or grads of the
+ *         wrong shape or count.
+ */
+template <class TQ, class TK, class TV, class TO, class TD, class T, class Encodings, class Reweight = no_reweighting,
+          class Backend = backend::reference>
+void softmax_attention_backward(const heads_view<TQ>& q, const heads_view<TK>& k, const heads_view<TV>& v,
+                                const heads_view<TO>& out, const heads_view<TD>& d_out,
+                                std::span<const std::remove_const_t<TQ>> lse, const heads_view<T>& dq,
+                                const heads_view<T>& dk, const heads_view<T>& dv, const Encodings& encodings,
+                                const softmax_options<Reweight>& options = {}, std::span<encoder_gradient> grads = {},
+                                Backend backend = {}) {
+  constexpr const char* where = "lrpe::softmax_attention_backward (multi-head)";
+  static_assert(!std::is_const_v<T>, "lrpe::softmax_attention_backward: dq, dk, dv must be mutable heads_views");
+  for (const auto& [x, name] : {std::pair{detail::as_const_heads(q), "q"}, std::pair{detail::as_const_heads(k), "k"},
+                                std::pair{detail::as_const_heads(v), "v"}, std::pair{detail::as_const_heads(out), "out"},
+                                std::pair{detail::as_const_heads(d_out), "d_out"}, std::pair{detail::as_const_heads(dq), "dq"},
+                                std::pair{detail::as_const_heads(dk), "dk"}, std::pair{detail::as_const_heads(dv), "dv"}})
+    detail::validate_heads(x, where, name);
+  detail::require_kv_heads(q, k, where, "k");
+  detail::require_same_bh(k, v, where, "v");
+  detail::require_same_bh(q, out, where, "out");
+  detail::require_same_bh(q, d_out, where, "d_out");
+  detail::require_same_bh(q, dq, where, "dq");
+  detail::require_same_bh(k, dk, where, "dk");
+  detail::require_same_bh(v, dv, where, "dv");
+  detail::require_head_shapes(q, k, v, out, where);
+  detail::require_shape(lse.empty() || static_cast<index_t>(lse.size()) == q.batch * q.heads * q.seq, where,
+                        "lse.size()", detail::lazy_concat("must be 0 (recomputed) or q.batch * q.heads * q.seq = ",
+                                                          q.batch * q.heads * q.seq),
+                        lse.size());
+  constexpr bool shared = detail::shared_encoding_v<Encodings>;
+  detail::require_shape(grads.empty() || static_cast<index_t>(grads.size()) == (shared ? 1 : q.heads), where,
+                        "grads.size()",
+                        shared ? "must be 0 or 1 (one encoder shared by every head)"
+                               : "must be 0 or q.heads (one gradient per head's encoder)",
+                        grads.size());
+  detail::check_head_encodings<std::remove_const_t<TQ>>(encodings, q.heads, q.dim, where);
+  using S = std::remove_const_t<TQ>;
+  // dk, dv sum over a group's query heads: each head's own into scratch, then added
+  row_matrix<S> dk_head(k.seq, k.dim), dv_head(v.seq, v.dim);
+  for (index_t b = 0; b < q.batch; ++b) {
+    for (index_t hk = 0; hk < k.heads; ++hk) {
+      for (auto* m : {&dk, &dv}) {
+        const auto head = m->head(b, hk);
+        for (index_t i = 0; i < head.rows; ++i) std::fill(head.row(i), head.row(i) + head.cols, S(0));
+      }
+    }
+    for (index_t h = 0; h < q.heads; ++h) {
+      const index_t hk = detail::kv_head(q, k, h);
+      softmax_options<Reweight> head_options = options;
+      if constexpr (detail::multi_head_table<Reweight>)
+        head_options.reweight = detail::table_head(options.reweight, h, q.heads, where, "options.reweight.heads()");
+      encoder_gradient* grad = grads.empty() ? nullptr : &grads[shared ? 0 : static_cast<std::size_t>(h)];
+      const auto head_lse = lse.empty() ? lse : lse.subspan(static_cast<std::size_t>((b * q.heads + h) * q.seq),
+                                                            static_cast<std::size_t>(q.seq));
+      softmax_attention_backward(detail::as_const_heads(q).head(b, h), detail::as_const_heads(k).head(b, hk),
+                                 detail::as_const_heads(v).head(b, hk), detail::as_const_heads(out).head(b, h),
+                                 detail::as_const_heads(d_out).head(b, h), head_lse, dq.head(b, h), view(dk_head), view(dv_head),
+                                 detail::head_encoding(encodings, h, q.heads, where), head_options, grad, backend);
+      const auto dk_out = dk.head(b, hk), dv_out = dv.head(b, hk);
+      for (index_t i = 0; i < k.seq; ++i)
+        for (index_t j = 0; j < k.dim; ++j) dk_out.row(i)[j] += dk_head(i, j);
+      for (index_t i = 0; i < v.seq; ++i)
+        for (index_t j = 0; j < v.dim; ++j) dv_out.row(i)[j] += dv_head(i, j);
+    }
   }
 }
 
