@@ -9,6 +9,7 @@
 
 #include <lrpe/attention/feature_map.hpp>
 #include <lrpe/attention/linear.hpp>
+#include <lrpe/attention/linear_backward.hpp>
 #include <lrpe/attention/multihead.hpp>
 #include <lrpe/attention/options.hpp>
 #include <lrpe/attention/softmax.hpp>

@@ -17,6 +17,7 @@
  * | `acquire_feature_scratch(b, scratch, nq, nk, f)` | softmax and linear, linearizable encodings | two matrices per call |
  * | `encode_features_kernel(b, enc, side, x, pos, out)` | softmax, linearizable encodings | row by row |
  * | `linear_kernel(b, problem, state)` | `linear_attention` | none: compile error |
+ * | `linear_backward_kernel(b, problem)` | `linear_attention_backward` | none: compile error |
  * | `linear_features_kernel(b, enc, phi, x, pos, side, out)` | `linear_attention` | row by row |
  * | `linear_fused_kernel(b, enc, phi, problem, state)` | `linear_attention`, tried first | declines (returns false) |
  * | `for_each_head(b, count, f)` | multi-head entry points | in order, calling thread |
@@ -260,6 +261,35 @@ void linear_kernel(const Backend&, const linear_problem<T>&, linear_attention_st
                 "instantiation). The reference kernels are in <lrpe/backend/reference.hpp>, which "
                 "<lrpe/lrpe.hpp> includes; a new backend overloads linear_kernel "
                 "(docs/howto-add-backend.md)");
+}
+
+/**
+ * The backward of linear attention on encoded features. `forward.out` is unused (the outputs
+ * are recomputed); for a causal call, `initial` is the state as it was before the call (null or
+ * empty: none), `d_final` the gradient of the state the call left (null: none), and `d_initial`
+ * receives the gradient of `initial` (null: not wanted).
+ */
+template <class T>
+struct linear_backward_problem {
+  linear_problem<T> forward;
+  matrix_view<const T> d_out;                       ///< n_q × d_v, dL/dO
+  double decay = 1.0;                               ///< λ
+  const linear_attention_state<T>* initial = nullptr;
+  const linear_state_gradient<T>* d_final = nullptr;
+  linear_state_gradient<T>* d_initial = nullptr;
+  matrix_view<T> dqf;                               ///< n_q × d_f (written)
+  matrix_view<T> dkf;                               ///< n_k × d_f (written)
+  matrix_view<T> dv;                                ///< n_k × d_v (written)
+};
+
+/// Linear attention backward on encoded features (docs/training.md).
+template <class Backend, class T>
+void linear_backward_kernel(const Backend&, const linear_backward_problem<T>&) {
+  static_assert(detail::always_false<Backend>,
+                "lrpe::linear_attention_backward: no linear_backward_kernel for this backend (the Backend of "
+                "this instantiation). The reference kernels are in <lrpe/backend/reference.hpp>, which "
+                "<lrpe/lrpe.hpp> includes; a new backend overloads linear_backward_kernel "
+                "(docs/training.md, docs/howto-add-backend.md)");
 }
 
 /**

@@ -15,7 +15,9 @@
  * output rows that see it, as in softmax attention.
  *
  * A user map is any `feature_map`: a callable `T(T)` applied elementwise (a lambda works), or a
- * type with a row-wise member `apply(const T* x, T* y, index_t d)` (width preserving).
+ * type with a row-wise member `apply(const T* x, T* y, index_t d)` (width preserving). The
+ * backward needs φ' too: an elementwise map with a member `derivative(x)`
+ * (`differentiable_feature_map`).
  */
 #pragma once
 
@@ -44,12 +46,18 @@ namespace feature_maps {
 struct elu_plus_one {
   template <real_scalar T>
   T operator()(T x) const noexcept { return x > T(0) ? x + T(1) : std::exp(x); }
+  /// φ'(x): 1 for x > 0, eˣ otherwise.
+  template <real_scalar T>
+  T derivative(T x) const noexcept { return x > T(0) ? T(1) : std::exp(x); }
 };
 
 /// φ(x) = max(x, 0); φ(NaN) = NaN.
 struct relu {
   template <real_scalar T>
   T operator()(T x) const noexcept { return x < T(0) ? T(0) : x; }  // NaN stays NaN
+  /// φ'(x): 1 for x > 0, else 0 (0 at x = 0, as PyTorch's).
+  template <real_scalar T>
+  T derivative(T x) const noexcept { return x > T(0) ? T(1) : T(0); }
 };
 
 /// φ(x) = max(x, 0) + ε (PermuteFormer uses ε = 1e-3).
@@ -57,15 +65,30 @@ struct relu_eps {
   double eps = 1e-3;
   template <real_scalar T>
   T operator()(T x) const noexcept { return (x < T(0) ? T(0) : x) + static_cast<T>(eps); }
+  /// φ'(x): 1 for x > 0, else 0.
+  template <real_scalar T>
+  T derivative(T x) const noexcept { return x > T(0) ? T(1) : T(0); }
 };
 
 /// φ(x) = x.
 struct identity {
   template <real_scalar T>
   T operator()(T x) const noexcept { return x; }
+  template <real_scalar T>
+  T derivative(T) const noexcept { return T(1); }
 };
 
 }  // namespace feature_maps
+
+/**
+ * A feature map with a derivative, for the backward of linear attention: an elementwise map
+ * with a member `derivative(x)` → φ'(x) (lrpe's maps have one; a lambda does not).
+ */
+template <class F, class T>
+concept differentiable_feature_map = feature_map<F, T> && requires(const F& f, T x) {
+  { f(x) } -> std::convertible_to<T>;
+  { f.derivative(x) } -> std::convertible_to<T>;
+};
 
 namespace detail {
 /// The parameters of lrpe's own maps: relu_eps's ε finite and ≥ 0, also once rounded to the

@@ -33,40 +33,14 @@ inline namespace v0 {
 
 namespace detail {
 
-template <class T, class Encoding, class Phi, class Backend>
-void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<const T>& k,
-                              const matrix_view<const T>& v, const matrix_view<T>& out, const Encoding& encoding,
-                              const Phi& phi, const linear_options& options, linear_attention_state<T>* state,
-                              Backend backend);
-
-/// Front door of the linear kernels: readable compile errors first, then validation.
-template <class T, class Encoding, class Phi, class Backend>
-void linear_attention_impl(const matrix_view<const T>& q, const matrix_view<const T>& k,
-                           const matrix_view<const T>& v, const matrix_view<T>& out, const Encoding& encoding,
-                           const Phi& phi, const linear_options& options, linear_attention_state<T>* state,
-                           Backend backend) {
-  static_assert(is_linearizable_encoding_v<Encoding>,
-                "lrpe::linear_attention: the encoding is not linearizable (it has no per-position "
-                "feature map, e.g. an additive bias such as ALiBi/T5, Shaw or DeBERTa); use "
-                "lrpe::softmax_attention instead (docs/attention.md)");
-  static_assert(feature_map<Phi, T>,
-                "lrpe::linear_attention: phi must satisfy lrpe::feature_map (a callable T(T), or "
-                "apply(const T*, T*, index_t))");
-  if constexpr (is_linearizable_encoding_v<Encoding> && feature_map<Phi, T>) {
-    linear_attention_checked<T>(q, k, v, out, encoding, phi, options, state, backend);
-  }
-}
-
-template <class T, class Encoding, class Phi, class Backend>
-void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<const T>& k,
-                              const matrix_view<const T>& v, const matrix_view<T>& out, const Encoding& encoding,
-                              const Phi& phi, const linear_options& options, linear_attention_state<T>* state,
-                              Backend backend) {
-  constexpr const char* where = "lrpe::linear_attention";
-  if constexpr (!std::is_same_v<Encoding, no_encoding>) {
-    static_assert(std::is_same_v<typename Encoding::scalar, T>,
-                  "lrpe::linear_attention: the encoder's scalar must be the scalar of q, k and v");
-  }
+/**
+ * The checks of a linear-attention call (shapes, widths, eps, φ, chunk, decay, the state, the
+ * causal order); returns the feature width d_f. `where` names the entry point in messages.
+ */
+template <class T, class Encoding, class Phi>
+index_t validate_linear(const matrix_view<const T>& q, const matrix_view<const T>& k, const matrix_view<const T>& v,
+                        const matrix_view<T>& out, const Encoding& encoding, const Phi& phi,
+                        const linear_options& options, const linear_attention_state<T>* state, const char* where) {
   const call_span span = validate_qkv(q, k, v, out, options.q_positions, options.k_positions, where);
   if constexpr (!std::is_same_v<Encoding, no_encoding>) require_encoding_dim<T>(encoding, q.cols, where);
   require_eps<T>(options.eps, where);
@@ -108,6 +82,20 @@ void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<c
       require_within_span(span, state->last_position(), where, "state");
     }
   }
+  return f;
+}
+
+template <class T, class Encoding, class Phi, class Backend>
+void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<const T>& k,
+                              const matrix_view<const T>& v, const matrix_view<T>& out, const Encoding& encoding,
+                              const Phi& phi, const linear_options& options, linear_attention_state<T>* state,
+                              Backend backend) {
+  constexpr const char* where = "lrpe::linear_attention";
+  if constexpr (!std::is_same_v<Encoding, no_encoding>) {
+    static_assert(std::is_same_v<typename Encoding::scalar, T>,
+                  "lrpe::linear_attention: the encoder's scalar must be the scalar of q, k and v");
+  }
+  const index_t f = validate_linear(q, k, v, out, encoding, phi, options, state, where);
   if (q.rows == 0 && k.rows == 0) return;
   if (v.cols == 0 && state == nullptr) return;  // out is n_q x 0: nothing to write, causal or not
   using backend::call_guard;
@@ -137,6 +125,24 @@ void linear_attention_checked(const matrix_view<const T>& q, const matrix_view<c
   backend::linear_problem<T> problem{qf, kf, v, out, options.q_positions, options.k_positions, options.causal,
                                      options.norm, options.eps, options.chunk};
   linear_kernel(backend, problem, state);
+}
+
+/// Front door of the linear kernels: readable compile errors first, then validation.
+template <class T, class Encoding, class Phi, class Backend>
+void linear_attention_impl(const matrix_view<const T>& q, const matrix_view<const T>& k,
+                           const matrix_view<const T>& v, const matrix_view<T>& out, const Encoding& encoding,
+                           const Phi& phi, const linear_options& options, linear_attention_state<T>* state,
+                           Backend backend) {
+  static_assert(is_linearizable_encoding_v<Encoding>,
+                "lrpe::linear_attention: the encoding is not linearizable (it has no per-position "
+                "feature map, e.g. an additive bias such as ALiBi/T5, Shaw or DeBERTa); use "
+                "lrpe::softmax_attention instead (docs/attention.md)");
+  static_assert(feature_map<Phi, T>,
+                "lrpe::linear_attention: phi must satisfy lrpe::feature_map (a callable T(T), or "
+                "apply(const T*, T*, index_t))");
+  if constexpr (is_linearizable_encoding_v<Encoding> && feature_map<Phi, T>) {
+    linear_attention_checked<T>(q, k, v, out, encoding, phi, options, state, backend);
+  }
 }
 
 }  // namespace detail

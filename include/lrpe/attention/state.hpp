@@ -200,6 +200,19 @@ struct linear_attention_snapshot {
   }
 };
 
+/**
+ * dL/d(a linear-attention state): the gradients of S (d_f × d_v) and z (d_f), for the backward
+ * of a sequence split across calls (docs/training.md). Zero-initialised by the sizes.
+ */
+template <real_scalar T>
+struct linear_state_gradient {
+  row_matrix<T> kv;      ///< dL/dS
+  dense_vector<T> k_sum; ///< dL/dz
+  linear_state_gradient() = default;
+  linear_state_gradient(index_t feature_dim, index_t value_dim)
+      : kv(row_matrix<T>::Zero(feature_dim, value_dim)), k_sum(dense_vector<T>::Zero(feature_dim)) {}
+};
+
 namespace detail {
 struct state_access;
 }  // namespace detail

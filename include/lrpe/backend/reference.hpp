@@ -8,5 +8,6 @@
 
 #include <lrpe/backend/reference/encode.hpp>
 #include <lrpe/backend/reference/linear.hpp>
+#include <lrpe/backend/reference/linear_backward.hpp>
 #include <lrpe/backend/reference/softmax.hpp>
 #include <lrpe/backend/reference/softmax_backward.hpp>

@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: MIT
+/**
+ * @file linear_backward.hpp
+ * `lrpe::linear_attention_backward`: the gradients of `linear_attention` with respect to Q, K,
+ * V, the encoder's parameters and, for a sequence split across calls, the state
+ * (docs/training.md). The features q̃ = M_s φ(q) are differentiated through the encoder
+ * (`encoder::backward`) and the feature map (its `derivative`).
+ */
+#pragma once
+
+#include <lrpe/attention/backend_interface.hpp>
+#include <lrpe/attention/feature_map.hpp>
+#include <lrpe/attention/linear.hpp>
+#include <lrpe/attention/options.hpp>
+#include <lrpe/attention/softmax_backward.hpp>
+#include <lrpe/attention/state.hpp>
+#include <lrpe/encoder.hpp>
+
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+namespace lrpe {
+inline namespace v0 {
+
+namespace detail {
+
+/// The backward on validated views: φ and the features, the kernel, then the encoder's and
+/// φ's backward. `initial`, `d_final`, `d_initial`: see `backend::linear_backward_problem`.
+template <class T, class Encoding, class Phi, class Backend>
+void run_linear_backward(const matrix_view<const T>& q, const matrix_view<const T>& k, const matrix_view<const T>& v,
+                         const matrix_view<const T>& d_out, const matrix_view<T>& dq, const matrix_view<T>& dk,
+                         const matrix_view<T>& dv, const Encoding& encoding, const Phi& phi,
+                         const linear_options& options, const linear_attention_state<T>* initial,
+                         const linear_state_gradient<T>* d_final, linear_state_gradient<T>* d_initial,
+                         encoder_gradient* grad, Backend backend) {
+  constexpr bool is_encoder = lrpe_encoder<Encoding>;
+  const index_t d = q.cols;
+  row_matrix<T> phi_q(q.rows, d), phi_k(k.rows, d);
+  for (index_t i = 0; i < q.rows; ++i) apply_feature_map(phi, q.row(i), phi_q.row(i).data(), d);
+  for (index_t i = 0; i < k.rows; ++i) apply_feature_map(phi, k.row(i), phi_k.row(i).data(), d);
+  // Without a state on either side, the features are taken at positions shifted by the first
+  // query's (or key's): the outputs depend on differences only, and dL/dθ's sums over rows
+  // then stay at the call's span (softmax_attention_backward says why). A state holds
+  // features at absolute positions, so a call with one keeps them.
+  const bool with_state = (initial != nullptr && !initial->empty()) || d_final != nullptr;
+  const position_t centre = with_state ? 0 : q.rows > 0 ? options.q_positions[0] : k.rows > 0 ? options.k_positions[0] : 0;
+  std::vector<position_t> q_shifted, k_shifted;
+  const positions qp = shifted(options.q_positions, q.rows, centre, q_shifted);
+  const positions kp = shifted(options.k_positions, k.rows, centre, k_shifted);
+  const index_t f = [&] {
+    if constexpr (is_encoder) return encoding.feature_dim();
+    else return d;
+  }();
+  row_matrix<T> qf(q.rows, f), kf(k.rows, f), dqf(q.rows, f), dkf(k.rows, f);
+  if constexpr (is_encoder) {
+    encoding.encode(view(std::as_const(phi_q)), qp, view(qf));
+    encoding.encode(view(std::as_const(phi_k)), kp, view(kf));
+  } else {
+    qf = phi_q;
+    kf = phi_k;
+  }
+  backend::linear_problem<T> forward{view(std::as_const(qf)), view(std::as_const(kf)), v, matrix_view<T>{},
+                                     options.q_positions, options.k_positions, options.causal, options.norm,
+                                     options.eps, options.chunk};
+  backend::linear_backward_problem<T> problem{forward,  d_out,     options.decay, initial, d_final,
+                                              d_initial, view(dqf), view(dkf),     dv};
+  using backend::linear_backward_kernel;
+  linear_backward_kernel(backend, problem);
+  if constexpr (is_encoder) {  // dφ(x) = encoder backward of the features' gradient, in place
+    encoding.backward(view(std::as_const(phi_q)), qp, view(std::as_const(dqf)), view(phi_q), grad);
+    encoding.backward(view(std::as_const(phi_k)), kp, view(std::as_const(dkf)), view(phi_k), grad);
+  } else {
+    phi_q = dqf;
+    phi_k = dkf;
+  }
+  for (index_t i = 0; i < q.rows; ++i)
+    for (index_t j = 0; j < d; ++j) dq.row(i)[j] = phi_q(i, j) * static_cast<T>(phi.derivative(q.row(i)[j]));
+  for (index_t i = 0; i < k.rows; ++i)
+    for (index_t j = 0; j < d; ++j) dk.row(i)[j] = phi_k(i, j) * static_cast<T>(phi.derivative(k.row(i)[j]));
+}
+
+/// The checks of the backward beyond the forward's: the outputs' shapes, the encoding, φ, and grad.
+template <class T, class Encoding, class Phi>
+void validate_linear_backward(const matrix_view<const T>& q, const matrix_view<const T>& k,
+                              const matrix_view<const T>& v, const matrix_view<T>& dq, const matrix_view<T>& dk,
+                              const matrix_view<T>& dv, const Encoding& encoding, const encoder_gradient* grad,
+                              const char* where) {
+  static_assert(std::is_same_v<Encoding, no_encoding> || lrpe_encoder<Encoding>,
+                "lrpe::linear_attention_backward: the encoding has no backward yet: no_encoding and every "
+                "lrpe::encoder have one (docs/training.md)");
+  static_assert(differentiable_feature_map<Phi, T>,
+                "lrpe::linear_attention_backward: the feature map needs a member derivative(x) returning "
+                "phi'(x) (lrpe::differentiable_feature_map; lrpe's own maps have one)");
+  validate(dq, where, "dq");
+  validate(dk, where, "dk");
+  validate(dv, where, "dv");
+  require_equal(dq.rows, q.rows, where, "dq.rows", "q.rows");
+  require_equal(dq.cols, q.cols, where, "dq.cols", "q.cols");
+  require_equal(dk.rows, k.rows, where, "dk.rows", "k.rows");
+  require_equal(dk.cols, k.cols, where, "dk.cols", "k.cols");
+  require_equal(dv.rows, v.rows, where, "dv.rows", "v.rows");
+  require_equal(dv.cols, v.cols, where, "dv.cols", "v.cols");
+  if constexpr (lrpe_encoder<Encoding>) {
+    if (grad != nullptr) {
+      require_equal(static_cast<index_t>(grad->p.size()), encoding.p_parameter_count(), where, "grad->p.size()",
+                    "encoding.p_parameter_count()");
+      require_equal(static_cast<index_t>(grad->lambda.size()), encoding.lambda_parameter_count(), where,
+                    "grad->lambda.size()", "encoding.lambda_parameter_count()");
+    }
+  }
+}
+
+/// The views of a backward call, converted and checked to share the scalar of q.
+template <class Q, class K, class V, class DO, class DQ, class DK, class DV>
+auto linear_backward_views(const Q& q_in, const K& k_in, const V& v_in, const DO& d_out_in, DQ&& dq_in, DK&& dk_in,
+                           DV&& dv_in) {
+  using T = input_scalar_t<Q>;
+  const auto q = as_input(q_in);
+  const auto k = as_input(k_in);
+  const auto v = as_input(v_in);
+  const auto d_out = as_input(d_out_in);
+  const auto dq = as_output(dq_in);
+  const auto dk = as_output(dk_in);
+  const auto dv = as_output(dv_in);
+  static_assert(std::is_same_v<decltype(k), const matrix_view<const T>> &&
+                    std::is_same_v<decltype(v), const matrix_view<const T>> &&
+                    std::is_same_v<decltype(d_out), const matrix_view<const T>> &&
+                    std::is_same_v<decltype(dq), const matrix_view<T>> &&
+                    std::is_same_v<decltype(dk), const matrix_view<T>> && std::is_same_v<decltype(dv), const matrix_view<T>>,
+                "lrpe::linear_attention_backward: every matrix must have the scalar type of q");
+  return std::tuple{q, k, v, d_out, dq, dk, dv};
+}
+
+}  // namespace detail
+
+/**
+ * The backward of `linear_attention` for one head: dq, dk, dv written, the encoder's parameter
+ * gradients added to `*grad` when it is not null.
+ *
+ * @param q, k, v   the forward's inputs; @param d_out dL/dO (n_q×d_v).
+ * @param dq, dk, dv outputs shaped as q, k, v; must not overlap the inputs.
+ * @param encoding  `no_encoding{}` or any `lrpe::encoder`; @param phi a `differentiable_feature_map`.
+ * @param options   the forward's (causal, normalisation, eps, decay, positions; chunk is unused).
+ *
+ * The reference kernel works pair by pair (O(n_q·n_k·(d_f + d_v)) time, O(n·d_f) memory); the
+ * SIMD tags run it. At a normalised row whose denominator is at or below eps the output is
+ * num/eps, whose gradient does not reach the denominator.
+ * @throws as `linear_attention`, and shape_error for dq, dk, dv or grad of the wrong shape.
+ */
+template <class Q, class K, class V, class DO, class DQ, class DK, class DV, class Encoding, class Phi,
+          class Backend = backend::reference>
+  requires detail::matrix_input<Q> && detail::matrix_input<K> && detail::matrix_input<V> && detail::matrix_input<DO>
+void linear_attention_backward(const Q& q_in, const K& k_in, const V& v_in, const DO& d_out_in, DQ&& dq_in, DK&& dk_in,
+                               DV&& dv_in, const Encoding& encoding, const Phi& phi, const linear_options& options = {},
+                               encoder_gradient* grad = nullptr, Backend backend = {}) {
+  constexpr const char* where = "lrpe::linear_attention_backward";
+  using T = detail::input_scalar_t<Q>;
+  const auto [q, k, v, d_out, dq, dk, dv] = detail::linear_backward_views(q_in, k_in, v_in, d_out_in, dq_in, dk_in, dv_in);
+  detail::validate_linear_backward<T, Encoding, Phi>(q, k, v, dq, dk, dv, encoding, grad, where);
+  const matrix_view<T> d_out_shape(const_cast<T*>(d_out.data), d_out.rows, d_out.cols, d_out.row_stride);  // read only
+  detail::validate_linear<T>(q, k, v, d_out_shape, encoding, phi, options, nullptr, where);
+  detail::run_linear_backward<T>(q, k, v, d_out, dq, dk, dv, encoding, phi, options, nullptr, nullptr, nullptr, grad,
+                                 backend);
+}
+
+/**
+ * The backward of the segment form of causal `linear_attention` (a sequence split across calls
+ * or machines): as the single-call backward, plus the state.
+ * @param initial   the state as it was *before* the forward call (keep a copy, or an exported
+ *                  snapshot: the forward call advances it).
+ * @param d_final   dL/d(the state the forward call left), from the backward of the next segment
+ *                  (its `d_initial`), or null for the last segment.
+ * @param d_initial receives dL/d(`initial`) (null: not wanted), sized feature_dim × d_v.
+ * Splitting a sequence in segments and running their backwards from the last to the first,
+ * each handing its `d_initial` to the previous one as `d_final`, gives the gradients of one call.
+ */
+template <class Q, class K, class V, class DO, class DQ, class DK, class DV, class Encoding, class Phi, class T,
+          class Backend = backend::reference>
+  requires detail::matrix_input<Q> && detail::matrix_input<K> && detail::matrix_input<V> && detail::matrix_input<DO>
+void linear_attention_backward(const Q& q_in, const K& k_in, const V& v_in, const DO& d_out_in, DQ&& dq_in, DK&& dk_in,
+                               DV&& dv_in, const Encoding& encoding, const Phi& phi,
+                               const linear_attention_state<T>& initial,
+                               const std::type_identity_t<linear_state_gradient<T>>* d_final,
+                               std::type_identity_t<linear_state_gradient<T>>* d_initial, const linear_options& options,
+                               encoder_gradient* grad = nullptr, Backend backend = {}) {
+  constexpr const char* where = "lrpe::linear_attention_backward";
+  const auto [q, k, v, d_out, dq, dk, dv] = detail::linear_backward_views(q_in, k_in, v_in, d_out_in, dq_in, dk_in, dv_in);
+  static_assert(std::is_same_v<detail::input_scalar_t<Q>, T>,
+                "lrpe::linear_attention_backward: the state's scalar must be the scalar of q");
+  detail::validate_linear_backward<T, Encoding, Phi>(q, k, v, dq, dk, dv, encoding, grad, where);
+  const matrix_view<T> d_out_shape(const_cast<T*>(d_out.data), d_out.rows, d_out.cols, d_out.row_stride);  // read only
+  const index_t f = detail::validate_linear<T>(q, k, v, d_out_shape, encoding, phi, options, &initial, where);
+  if (d_final != nullptr) {
+    detail::require_shape(d_final->kv.rows() == f && d_final->kv.cols() == v.cols && d_final->k_sum.size() == f, where,
+                          "d_final", detail::lazy_concat("must be ", f, "x", v.cols, " (feature_dim x v.cols) and ", f),
+                          detail::lazy_concat(d_final->kv.rows(), "x", d_final->kv.cols(), " and ", d_final->k_sum.size()));
+  }
+  detail::run_linear_backward<T>(q, k, v, d_out, dq, dk, dv, encoding, phi, options, &initial, d_final, d_initial, grad,
+                                 backend);
+}
+
+}  // namespace v0
+}  // namespace lrpe

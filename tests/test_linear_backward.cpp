@@ -1,0 +1,411 @@
+// SPDX-License-Identifier: MIT
+// linear_attention_backward against an independent long-double reference: the forward written
+// densely here (φ, the reference matrices of tests/reference.hpp, the decayed causal sums, the
+// initial state, the normalisation), the loss L = Σ dO∘O + ⟨dS_f, S_f⟩ + ⟨dz_f, z_f⟩ (the
+// state the call leaves), and every gradient (dQ, dK, dV, θ, the Householder vector, S₀, z₀)
+// by Richardson-extrapolated central differences of it. Then: a sequence split in two calls
+// with the state's gradient handed back equals one call, and bad input.
+#include "gradient_helpers.hpp"
+#include "reference.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+using grad_test::cvec;
+using grad_test::derivative;
+using grad_test::relative_error;
+using grad_test::uniform;
+using lrpe::index_t;
+using lrpe::position_t;
+using ref::cld;
+using ref::ld;
+
+namespace {
+
+using ld_rows = Eigen::Matrix<ld, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using ld_vec = Eigen::Matrix<ld, Eigen::Dynamic, 1>;
+
+enum class phi_kind { elu_plus_one, relu, identity };
+
+ld phi_of(phi_kind k, ld x) {
+  switch (k) {
+    case phi_kind::elu_plus_one: return x > 0 ? x + 1 : std::exp(x);
+    case phi_kind::relu: return x > 0 ? x : 0;
+    default: return x;
+  }
+}
+
+/// One problem: shapes, positions, options, the initial state and the final state's gradient.
+struct setup {
+  index_t nq = 5, nk = 5, d = 4, dv = 3;
+  std::vector<position_t> qp, kp;
+  bool causal = false, normalised = false;
+  double decay = 1.0;
+  phi_kind phi = phi_kind::elu_plus_one;
+  bool with_state = false;  ///< S₀, z₀ at p0 (causal), and dS_f, dz_f in the loss
+  position_t p0 = 0;
+};
+
+/// The real view of M(s)·x (x the φ row): d entries, or [Re, Im] 2d entries for complex maps.
+using features_fn = std::function<ld_vec(position_t, const ld_vec&)>;
+
+features_fn plain_features() {
+  return [](position_t, const ld_vec& x) { return x; };
+}
+template <class L>
+features_fn lambda_features(const L& l, const ref::mat& p, bool complex_view) {
+  return [l, p, complex_view](position_t s, const ld_vec& x) {
+    const cvec y = ref::Lambda(l, s) * (p * x.template cast<cld>());
+    const index_t d = y.size();
+    ld_vec out(complex_view ? 2 * d : d);
+    for (index_t i = 0; i < d; ++i) {
+      out(i) = y(i).real();
+      if (complex_view) out(d + i) = y(i).imag();
+    }
+    return out;
+  };
+}
+template <class E>
+features_fn encoder_features(const E& e) {
+  return lambda_features(e.lambda(), ref::P(e.p()), E::is_complex);
+}
+
+/// The inputs of the loss, in long double.
+struct inputs {
+  ld_rows q, k, v, d_out, s0, ds_final;
+  ld_vec z0, dz_final;
+};
+
+ld_vec phi_row(const setup& c, const ld_rows& x, index_t i) {
+  ld_vec r(x.cols());
+  for (index_t j = 0; j < x.cols(); ++j) r(j) = phi_of(c.phi, x(i, j));
+  return r;
+}
+
+ld decay_pow(const setup& c, position_t delta) { return c.decay == 1.0 ? ld(1) : std::pow(ld(c.decay), ld(delta)); }
+
+/// L = Σ dO∘O (+ ⟨dS_f, S_f⟩ + ⟨dz_f, z_f⟩ with a state), the forward written densely.
+ld reference_loss(const setup& c, double eps, const features_fn& feat, const inputs& in) {
+  std::vector<ld_vec> kf;
+  for (index_t t = 0; t < c.nk; ++t) kf.push_back(feat(c.kp[std::size_t(t)], phi_row(c, in.k, t)));
+  ld loss = 0;
+  for (index_t s = 0; s < c.nq; ++s) {
+    const position_t ps = c.qp[std::size_t(s)];
+    const ld_vec qf = feat(ps, phi_row(c, in.q, s));
+    ld_vec num = ld_vec::Zero(c.dv);
+    ld den = 0;
+    if (c.with_state) {
+      const ld w = decay_pow(c, ps - c.p0);
+      num += w * (in.s0.transpose() * qf);
+      den += w * qf.dot(in.z0);
+    }
+    for (index_t t = 0; t < c.nk; ++t) {
+      const position_t pt = c.kp[std::size_t(t)];
+      if (c.causal && pt > ps) continue;
+      const ld a = (c.causal ? decay_pow(c, ps - pt) : ld(1)) * qf.dot(kf[std::size_t(t)]);
+      num += a * in.v.row(t).transpose();
+      den += a;
+    }
+    const ld inv = c.normalised ? 1 / std::max(den, ld(eps)) : ld(1);
+    loss += in.d_out.row(s).dot(num.transpose()) * inv;
+  }
+  if (c.with_state) {
+    const position_t last = c.nk > 0 ? c.kp.back() : c.p0;
+    ld_rows sf = decay_pow(c, last - c.p0) * in.s0;
+    ld_vec zf = decay_pow(c, last - c.p0) * in.z0;
+    for (index_t t = 0; t < c.nk; ++t) {
+      const ld w = decay_pow(c, last - c.kp[std::size_t(t)]);
+      sf += w * kf[std::size_t(t)] * in.v.row(t);
+      zf += w * kf[std::size_t(t)];
+    }
+    loss += (sf.array() * in.ds_final.array()).sum() + zf.dot(in.dz_final);
+  }
+  return loss;
+}
+
+/// Central differences of L along every entry of one input matrix of `in`.
+template <class Loss>
+std::vector<ld> input_gradient(const inputs& in, ld_rows inputs::*which, const Loss& loss_of) {
+  const ld_rows& x = in.*which;
+  std::vector<double> w(x.data(), x.data() + x.size());
+  std::vector<ld> g(w.size());
+  for (std::size_t j = 0; j < w.size(); ++j) {
+    g[j] = derivative(w, j, 1e-5, [&](const std::vector<double>& p) {
+      inputs y = in;
+      for (index_t i = 0; i < (y.*which).size(); ++i) (y.*which).data()[i] = p[std::size_t(i)];
+      return loss_of(y);
+    });
+  }
+  return g;
+}
+
+template <class M>
+std::vector<double> flat(const M& m) {
+  std::vector<double> r;
+  for (index_t i = 0; i < m.rows(); ++i)
+    for (index_t j = 0; j < m.cols(); ++j) r.push_back(double(m(i, j)));
+  return r;
+}
+
+template <class T>
+ld tolerance() {
+  return sizeof(T) < sizeof(double) ? 5e-4L : 1e-10L;
+}
+
+/// Runs `f(phi)` with lrpe's map of kind k.
+template <class F>
+void with_phi(phi_kind k, const F& f) {
+  switch (k) {
+    case phi_kind::elu_plus_one: f(lrpe::feature_maps::elu_plus_one{}); break;
+    case phi_kind::relu: f(lrpe::feature_maps::relu{}); break;
+    default: f(lrpe::feature_maps::identity{}); break;
+  }
+}
+
+/// The library's backward on `c` against the reference: dQ, dK, dV, the encoder's parameters
+/// and (with a state) dS₀, dz₀.
+template <class T, class Encoding>
+void check_case(const setup& c, const Encoding& encoding, const features_fn& feat, std::uint64_t seed) {
+  CAPTURE(c.causal);
+  CAPTURE(c.normalised);
+  CAPTURE(c.decay);
+  CAPTURE(int(c.phi));
+  CAPTURE(c.with_state);
+  const index_t f = [&] {
+    if constexpr (lrpe::lrpe_encoder<Encoding>) return encoding.feature_dim();
+    else return c.d;
+  }();
+  const auto q = uniform<T>(c.nq, c.d, seed), k = uniform<T>(c.nk, c.d, seed + 1);
+  const auto v = uniform<T>(c.nk, c.dv, seed + 2), d_out = uniform<T>(c.nq, c.dv, seed + 3);
+  lrpe::linear_options opt;
+  opt.causal = c.causal;
+  opt.norm = c.normalised ? lrpe::normalisation::denominator : lrpe::normalisation::none;
+  opt.decay = c.decay;
+  opt.q_positions = c.qp;
+  opt.k_positions = c.kp;
+  lrpe::row_matrix<T> dq(c.nq, c.d), dk(c.nk, c.d), dv(c.nk, c.dv);
+  lrpe::encoder_gradient grad;
+  if constexpr (lrpe::lrpe_encoder<Encoding>) grad = encoding.make_gradient();
+  lrpe::encoder_gradient* gp = lrpe::lrpe_encoder<Encoding> ? &grad : nullptr;
+
+  inputs in{q.template cast<ld>(), k.template cast<ld>(), v.template cast<ld>(), d_out.template cast<ld>(), {}, {}, {}, {}};
+  lrpe::linear_attention_state<T> initial(f, c.dv, c.decay);
+  lrpe::linear_state_gradient<T> d_final(f, c.dv), d_initial;
+  if (c.with_state) {
+    // a state with some keys before the call, and a gradient for the one it leaves
+    // positive key features, as φ's, so that normalised denominators stay away from 0
+    const lrpe::row_matrix<T> kb = uniform<T>(3, f, seed + 4).array() + T(1.5);
+    const auto vb = uniform<T>(3, c.dv, seed + 5);
+    const std::vector<position_t> before{c.p0 - 4, c.p0 - 1, c.p0};
+    initial.append_block(kb, vb, before, 0);
+    d_final.kv = uniform<T>(f, c.dv, seed + 6);
+    d_final.k_sum = uniform<T>(1, f, seed + 7).transpose();
+    in.s0 = initial.kv().template cast<ld>();
+    in.z0 = initial.k_sum().template cast<ld>();
+    in.ds_final = d_final.kv.template cast<ld>();
+    in.dz_final = d_final.k_sum.template cast<ld>();
+  }
+  with_phi(c.phi, [&](const auto& phi) {
+    if (c.with_state)
+      lrpe::linear_attention_backward(q, k, v, d_out, dq, dk, dv, encoding, phi, initial, &d_final, &d_initial, opt, gp);
+    else
+      lrpe::linear_attention_backward(q, k, v, d_out, dq, dk, dv, encoding, phi, opt, gp);
+  });
+  const auto loss = [&](const inputs& x) { return reference_loss(c, opt.eps, feat, x); };
+  CHECK(relative_error(flat(dq), input_gradient(in, &inputs::q, loss)) <= tolerance<T>());
+  CHECK(relative_error(flat(dk), input_gradient(in, &inputs::k, loss)) <= tolerance<T>());
+  if (c.with_state) {
+    CHECK(relative_error(flat(d_initial.kv), input_gradient(in, &inputs::s0, loss)) <= tolerance<T>());
+    // z₀ as a column: the same differences through a one-column matrix
+    std::vector<double> z(in.z0.data(), in.z0.data() + in.z0.size());
+    std::vector<ld> want(z.size());
+    for (std::size_t j = 0; j < z.size(); ++j)
+      want[j] = derivative(z, j, 1e-5, [&](const std::vector<double>& w) {
+        inputs y = in;
+        for (std::size_t i = 0; i < w.size(); ++i) y.z0(index_t(i)) = w[i];
+        return loss(y);
+      });
+    CHECK(relative_error(std::vector<double>(d_initial.k_sum.data(), d_initial.k_sum.data() + f), want) <= tolerance<T>());
+  }
+  if constexpr (lrpe::lrpe_encoder<Encoding>) {
+    using L = typename Encoding::lambda_type;
+    if constexpr (lrpe::reparameterisable<L>) {
+      double span = 1;  // the outputs depend on t − s (and on the state's absolute positions)
+      for (auto s : c.qp)
+        for (auto t : c.kp) span = std::max(span, std::abs(double(t - s)));
+      if (c.with_state)
+        for (auto s : c.qp) span = std::max(span, std::abs(double(s)));
+      const auto theta = encoding.lambda().parameters();
+      std::vector<ld> want(theta.size());
+      for (std::size_t j = 0; j < theta.size(); ++j)
+        want[j] = derivative(theta, j, 1e-4 / span, [&](const std::vector<double>& w) {
+          return reference_loss(c, opt.eps,
+                                lambda_features(encoding.lambda().with_parameters(w), ref::P(encoding.p()), Encoding::is_complex),
+                                in);
+        });
+      CHECK(relative_error(grad.lambda, want) <= tolerance<T>());
+    }
+  }
+}
+
+std::vector<position_t> offset(position_t first, index_t n) {
+  std::vector<position_t> p;
+  for (index_t i = 0; i < n; ++i) p.push_back(first + i);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("linear backward, no encoding: non-causal and causal, normalised or not, decay, feature maps",
+                   T, float, double) {
+  setup c;
+  c.qp = offset(0, c.nq);
+  c.kp = offset(0, c.nk);
+  std::uint64_t seed = 500;
+  for (phi_kind phi : {phi_kind::elu_plus_one, phi_kind::relu, phi_kind::identity}) {
+    c.phi = phi;
+    for (bool causal : {false, true}) {
+      c.causal = causal;
+      for (bool normalised : {false, true}) {
+        c.normalised = normalised && phi != phi_kind::identity;  // identity features: denominators near 0
+        check_case<T>(c, lrpe::no_encoding{}, plain_features(), ++seed);
+      }
+    }
+  }
+  c.causal = true;
+  c.phi = phi_kind::elu_plus_one;
+  c.decay = 0.9;
+  c.qp = {0, 2, 2, 5, 9};  // arrays with a repeated position, keys interleaved
+  c.kp = {0, 1, 2, 6, 9};
+  for (bool normalised : {false, true}) {
+    c.normalised = normalised;
+    check_case<T>(c, lrpe::no_encoding{}, plain_features(), ++seed);
+  }
+}
+
+TEST_CASE_TEMPLATE("linear backward, lrpe encoders: dQ, dK, dV and dθ (real, split-half and complex), near and far",
+                   T, float, double) {
+  setup c;
+  c.d = 6;
+  const lrpe::type2<T> type2(c.d);
+  const lrpe::rope_neox<T> neox(c.d);
+  const lrpe::type8<T> type8(c.d);
+  std::uint64_t seed = 600;
+  for (position_t base : {position_t(0), position_t(1'000'000)}) {
+    c.qp = offset(base, c.nq);
+    c.kp = offset(base, c.nk);
+    for (bool causal : {false, true}) {
+      c.causal = causal;
+      c.decay = causal ? 0.95 : 1.0;
+      c.normalised = !causal;
+      check_case<T>(c, type2, encoder_features(type2), ++seed);
+      check_case<T>(c, neox, encoder_features(neox), ++seed);
+      check_case<T>(c, type8, encoder_features(type8), ++seed);
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("linear backward with a state: dS₀, dz₀ and the final state's gradient passed to K and V", T,
+                   float, double) {
+  setup c;
+  c.causal = true;
+  c.with_state = true;
+  c.p0 = 10;
+  c.qp = offset(10, c.nq);
+  c.kp = offset(11, c.nk);
+  std::uint64_t seed = 700;
+  for (double decay : {1.0, 0.9}) {
+    c.decay = decay;
+    for (bool normalised : {false, true}) {
+      c.normalised = normalised;
+      check_case<T>(c, lrpe::no_encoding{}, plain_features(), ++seed);
+    }
+  }
+  c.d = 4;
+  const lrpe::rope_gptj<T> rope(c.d);
+  check_case<T>(c, rope, encoder_features(rope), ++seed);
+}
+
+TEST_CASE_TEMPLATE("linear backward: a sequence split in two calls, the state's gradient handed back, == one call", T,
+                   float, double) {
+  const index_t n = 9, d = 4, dv = 3, cut = 4;
+  const lrpe::type2<T> e(d);
+  const auto q = uniform<T>(n, d, 1), k = uniform<T>(n, d, 2), v = uniform<T>(n, dv, 3), d_out = uniform<T>(n, dv, 4);
+  lrpe::linear_options opt;
+  opt.causal = true;
+  opt.decay = 0.9;
+  opt.norm = lrpe::normalisation::denominator;
+  const lrpe::feature_maps::elu_plus_one phi;
+  lrpe::row_matrix<T> dq(n, d), dk(n, d), dv_all(n, dv);
+  auto g_one = e.make_gradient();
+  lrpe::linear_attention_backward(q, k, v, d_out, dq, dk, dv_all, e, phi, opt, &g_one);
+
+  // forward of the first segment leaves the state the second starts from
+  lrpe::linear_attention_state<T> state(d, dv, opt.decay);
+  const lrpe::linear_attention_state<T> before_first = state;
+  lrpe::row_matrix<T> out1(cut, dv);
+  lrpe::linear_attention(q.topRows(cut), k.topRows(cut), v.topRows(cut), out1, e, phi, state, opt);
+  const lrpe::linear_attention_state<T> before_second = state;
+  lrpe::linear_options second = opt;
+  second.q_positions = cut;
+  second.k_positions = cut;
+  lrpe::row_matrix<T> dq2(n - cut, d), dk2(n - cut, d), dv2(n - cut, dv), dq1(cut, d), dk1(cut, d), dv1(cut, dv);
+  lrpe::linear_state_gradient<T> d_state;
+  auto g_split = e.make_gradient();
+  lrpe::linear_attention_backward(q.bottomRows(n - cut), k.bottomRows(n - cut), v.bottomRows(n - cut),
+                                  d_out.bottomRows(n - cut), dq2, dk2, dv2, e, phi, before_second, nullptr, &d_state,
+                                  second, &g_split);
+  lrpe::linear_attention_backward(q.topRows(cut), k.topRows(cut), v.topRows(cut), d_out.topRows(cut), dq1, dk1, dv1, e,
+                                  phi, before_first, &d_state, nullptr, opt, &g_split);
+  const auto close = [](const auto& a, const auto& b) {
+    return ld((a - b).cwiseAbs().maxCoeff()) <= tolerance<T>() * (1 + ld(b.cwiseAbs().maxCoeff()));
+  };
+  CHECK(close(dq1, dq.topRows(cut)));
+  CHECK(close(dq2, dq.bottomRows(n - cut)));
+  CHECK(close(dk1, dk.topRows(cut)));
+  CHECK(close(dk2, dk.bottomRows(n - cut)));
+  CHECK(close(dv1, dv_all.topRows(cut)));
+  CHECK(close(dv2, dv_all.bottomRows(n - cut)));
+  std::vector<double> want(g_one.lambda.begin(), g_one.lambda.end());
+  CHECK(relative_error(g_split.lambda, std::vector<ld>(want.begin(), want.end())) <= tolerance<T>() * 10);
+}
+
+TEST_CASE("linear backward: bad input is a clear error naming the argument") {
+  using T = double;
+  const auto q = uniform<T>(3, 4, 1), k = uniform<T>(5, 4, 2), v = uniform<T>(5, 2, 3), d_out = uniform<T>(3, 2, 4);
+  lrpe::row_matrix<T> dq(3, 4), dk(5, 4), dv(5, 2), bad_dk(4, 4), bad_dout(3, 3);
+  const lrpe::feature_maps::relu phi;
+  const auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const lrpe::error& e) {
+      return std::string(dynamic_cast<const std::exception&>(e).what());
+    }
+    return std::string("no error");
+  };
+  const lrpe::no_encoding none;
+  CHECK(message([&] { lrpe::linear_attention_backward(q, k, v, d_out, dq, bad_dk, dv, none, phi); }).find("dk.rows") !=
+        std::string::npos);
+  CHECK(message([&] { lrpe::linear_attention_backward(q, k, v, bad_dout, dq, dk, dv, none, phi); }).find("out.cols") !=
+        std::string::npos);
+  lrpe::linear_options decayed;
+  decayed.decay = 0.5;  // without causal
+  CHECK(message([&] { lrpe::linear_attention_backward(q, k, v, d_out, dq, dk, dv, none, phi, decayed); })
+            .find("options.decay") != std::string::npos);
+  lrpe::linear_options causal;
+  causal.causal = true;
+  const lrpe::linear_attention_state<T> wrong(3, 2);
+  CHECK(message([&] {
+          lrpe::linear_attention_backward(q, k, v, d_out, dq, dk, dv, none, phi, wrong, nullptr, nullptr, causal);
+        }).find("state") != std::string::npos);
+  const lrpe::linear_attention_state<T> state(4, 2);
+  const lrpe::linear_state_gradient<T> bad_final(4, 3);
+  CHECK(message([&] {
+          lrpe::linear_attention_backward(q, k, v, d_out, dq, dk, dv, none, phi, state, &bad_final, nullptr, causal);
+        }).find("d_final") != std::string::npos);
+}
