@@ -63,6 +63,36 @@ inline positions shifted(const positions& pos, index_t rows, position_t centre, 
   return positions(std::span<const position_t>(storage));
 }
 
+/**
+ * The backward through an encoder: Q and K encoded, the kernel on the features, then the
+ * encoder's backward to dq, dk and the parameters. The logits depend on t − s only, so Q and K
+ * are encoded at positions shifted by the first query's: the same scores, and dL/dθ = Σ s·(…)
+ * over rows at |s| ≤ the call's span instead of at |s| up to 2^63, where the sums over Q and
+ * over K cancel to the few digits left.
+ */
+template <class T, class Encoding, class Reweight, class Backend>
+void softmax_backward_encoded(const matrix_view<const T>& q, const matrix_view<const T>& k, const matrix_view<T>& dq,
+                              const matrix_view<T>& dk, const Encoding& encoding,
+                              const softmax_options<Reweight>& options, T scale, encoder_gradient* grad,
+                              backend::softmax_backward_problem<T> problem, const Backend& backend) {
+  const position_t centre = options.q_positions[0];
+  std::vector<position_t> q_shifted, k_shifted;
+  const positions qp = shifted(options.q_positions, q.rows, centre, q_shifted);
+  const positions kp = shifted(options.k_positions, k.rows, centre, k_shifted);
+  const index_t f = encoding.feature_dim();
+  row_matrix<T> qf(q.rows, f), kf(k.rows, f), dqf(q.rows, f), dkf(k.rows, f);
+  using backend::encode_features_kernel;
+  encode_features_kernel(backend, encoding, canonical::side::query, q, qp, view(qf));
+  encode_features_kernel(backend, encoding, canonical::side::key, k, kp, view(kf));
+  problem.da = view(dqf);
+  problem.db = view(dkf);
+  const backend::dot_logits<T> content{view(std::as_const(qf)), view(std::as_const(kf)), scale};
+  using backend::softmax_backward_kernel;
+  softmax_backward_kernel(backend, problem, content, content, options.reweight);
+  encoding.backward(q, qp, view(std::as_const(dqf)), dq, grad);
+  encoding.backward(k, kp, view(std::as_const(dkf)), dk, grad);
+}
+
 }  // namespace detail
 
 /**
@@ -150,24 +180,7 @@ void softmax_attention_backward(const Q& q_in, const K& k_in, const V& v_in, con
     const backend::dot_logits<T> content{q, k, scale};
     softmax_backward_kernel(backend, problem, content, content, options.reweight);
   } else if constexpr (is_encoder) {
-    // The logits depend on t − s only, so Q and K are encoded at positions shifted by the first
-    // query's: the same scores, and dL/dθ = Σ s·(…) over rows at |s| ≤ the call's span instead of
-    // at |s| up to 2^63, where the sums over Q and over K cancel to the few digits left.
-    const position_t centre = options.q_positions[0];
-    std::vector<position_t> q_shifted, k_shifted;
-    const positions qp = detail::shifted(options.q_positions, q.rows, centre, q_shifted);
-    const positions kp = detail::shifted(options.k_positions, k.rows, centre, k_shifted);
-    const index_t f = encoding.feature_dim();
-    row_matrix<T> qf(q.rows, f), kf(k.rows, f), dqf(q.rows, f), dkf(k.rows, f);
-    using backend::encode_features_kernel;
-    encode_features_kernel(backend, encoding, canonical::side::query, q, qp, view(qf));
-    encode_features_kernel(backend, encoding, canonical::side::key, k, kp, view(kf));
-    problem.da = view(dqf);
-    problem.db = view(dkf);
-    const backend::dot_logits<T> content{view(std::as_const(qf)), view(std::as_const(kf)), scale};
-    softmax_backward_kernel(backend, problem, content, content, options.reweight);
-    encoding.backward(q, qp, view(std::as_const(dqf)), dq, grad);
-    encoding.backward(k, kp, view(std::as_const(dkf)), dk, grad);
+    detail::softmax_backward_encoded(q, k, dq, dk, encoding, options, scale, grad, problem, backend);
   } else {
     const backend::dot_logits<T> content{q, k, scale};
     softmax_backward_kernel(
