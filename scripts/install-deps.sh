@@ -9,7 +9,7 @@
 #                                    preset and scripts/fuzz.sh)
 set -euo pipefail
 
-packages=(cmake g++ libeigen3-dev libxsimd-dev doctest-dev libbenchmark-dev)
+packages=(cmake g++ libeigen3-dev libxsimd-dev doctest-dev libbenchmark-dev libpng-dev)
 for extra in "$@"; do
   case "$extra" in
     clang) packages+=(clang libclang-rt-dev) ;;
