@@ -38,6 +38,9 @@ struct setup {
   index_t tile = 64;
   std::function<ld(position_t, position_t)> bias = [](position_t, position_t) { return ld(0); };
   std::function<ld(position_t, position_t)> weight = [](position_t, position_t) { return ld(1); };
+  /// A learnable bias's parameters, and the bias they give (for its finite differences).
+  std::vector<double> bias_params;
+  std::function<std::function<ld(position_t, position_t)>(const std::vector<double>&)> bias_with;
 };
 
 /// The rows' logits' features: M(s) x as complex d-vectors (M = I without an encoder).
@@ -131,15 +134,17 @@ void check_case(const setup& c, const Encoding& encoding, const features_fn& fea
   const auto v = uniform<T>(c.nk, c.dv, seed + 2), d_out = uniform<T>(c.nq, c.dv, seed + 3);
   const ld scale = 1 / std::sqrt(ld(c.d));
   const auto reweight = [&c](position_t s, position_t t) { return double(c.weight(s, t)); };
-  lrpe::softmax_options<decltype(reweight)> opt{c.causal, std::nullopt, c.qp, c.kp, c.tile, reweight};
+  // the scale explicit: T5's default is 1, not 1/√d
+  lrpe::softmax_options<decltype(reweight)> opt{c.causal, double(scale), c.qp, c.kp, c.tile, reweight};
 
   lrpe::row_matrix<T> out(c.nq, c.dv), dq(c.nq, c.d), dk(c.nk, c.d), dv(c.nk, c.dv);
   std::vector<T> lse(std::size_t(c.nq));
   lrpe::softmax_attention_lse(q, k, v, out, std::span<T>(lse), encoding, opt);
-  lrpe::encoder_gradient grad;
-  if constexpr (lrpe::lrpe_encoder<Encoding>) grad = encoding.make_gradient();
+  constexpr bool learnable = requires { encoding.make_gradient(); };
+  lrpe::encoding_gradient_t<Encoding> grad{};
+  if constexpr (learnable) grad = encoding.make_gradient();
   lrpe::softmax_attention_backward(q, k, v, out, d_out, std::span<const T>(lse), dq, dk, dv, encoding, opt,
-                                   lrpe::lrpe_encoder<Encoding> ? &grad : nullptr);
+                                   learnable ? &grad : nullptr);
 
   const ld_rows ql = to_ld(q), kl = to_ld(k), vl = to_ld(v), dol = to_ld(d_out);
   std::vector<ld> lse_ref;
@@ -155,6 +160,18 @@ void check_case(const setup& c, const Encoding& encoding, const features_fn& fea
   CHECK(relative_error(flat(dk), input_gradient(kl, [&](const ld_rows& x) { return loss(ql, x, vl); })) <= tolerance<T>());
   CHECK(relative_error(flat(dv), input_gradient(vl, [&](const ld_rows& x) { return loss(ql, kl, x); })) <= tolerance<T>());
 
+  if constexpr (learnable && !lrpe::lrpe_encoder<Encoding>) {  // a bias's slope or table
+    REQUIRE(c.bias_with);
+    std::vector<ld> want(c.bias_params.size());
+    for (std::size_t j = 0; j < want.size(); ++j) {
+      want[j] = derivative(c.bias_params, j, 1e-4, [&](const std::vector<double>& w) {
+        setup perturbed = c;
+        perturbed.bias = c.bias_with(w);
+        return reference_loss(perturbed, scale, feat, ql, kl, vl, dol);
+      });
+    }
+    CHECK(relative_error(grad, want) <= tolerance<T>());
+  }
   if constexpr (lrpe::lrpe_encoder<Encoding>) {
     using P = typename Encoding::p_type;
     using L = typename Encoding::lambda_type;
@@ -233,16 +250,55 @@ TEST_CASE_TEMPLATE("softmax backward, lrpe encoders: dQ, dK, dV and dθ, dv (Hou
   }
 }
 
-TEST_CASE_TEMPLATE("softmax backward: ALiBi's bias and a URPE-style reweighting", T, float, double) {
+TEST_CASE_TEMPLATE("softmax backward: ALiBi, T5 and Toeplitz biases (their slope's and tables' gradients) and a "
+                   "URPE-style reweighting", T, float, double) {
   setup c;
   c.qp = offset(0, c.nq);
   c.kp = offset(0, c.nk);
-  const auto alibi = lrpe::canonical::alibi<T>::for_heads(c.d, 4, lrpe::canonical::alibi_form::symmetric).head(1);
-  c.bias = [&alibi](position_t s, position_t t) { return ld(alibi.bias(s, t)); };
-  check_case<T>(c, alibi, plain_features(), 400);
-  c.causal = true;
-  check_case<T>(c, alibi, plain_features(), 401);
+  for (auto form : {lrpe::canonical::alibi_form::symmetric, lrpe::canonical::alibi_form::causal}) {
+    const auto alibi = lrpe::canonical::alibi<T>::for_heads(c.d, 4, form).head(1);
+    c.bias_params = {alibi.slope()};
+    c.bias_with = [form, d = c.d](const std::vector<double>& m) {
+      const auto a = lrpe::canonical::alibi<T>(d, {m[0]}, form);
+      return std::function<ld(position_t, position_t)>([a](position_t s, position_t t) { return ld(a.bias(s, t)); });
+    };
+    c.bias = c.bias_with(c.bias_params);
+    c.causal = false;
+    check_case<T>(c, alibi, plain_features(), 400);
+    c.causal = true;
+    check_case<T>(c, alibi, plain_features(), 401);
+  }
+  // T5 buckets (bidirectional, so that both signs of t − s have buckets) and a Toeplitz table,
+  // head 1 of 2: the row's gradient
+  {
+    const lrpe::canonical::t5_buckets cfg{8, 16, true};
+    const lrpe::row_matrix<T> table = uniform<T>(2, 8, 403);
+    const auto t5 = lrpe::canonical::t5_bias<T>(c.d, cfg, table).head(1);
+    c.bias_params.assign(table.row(1).data(), table.row(1).data() + 8);
+    c.bias_with = [cfg, d = c.d, table](const std::vector<double>& row) {
+      lrpe::row_matrix<T> t = table;
+      for (index_t j = 0; j < 8; ++j) t(1, j) = static_cast<T>(row[std::size_t(j)]);
+      const auto b = lrpe::canonical::t5_bias<T>(d, cfg, t).head(1);
+      return std::function<ld(position_t, position_t)>([b](position_t s, position_t t) { return ld(b.bias(s, t)); });
+    };
+    c.bias = c.bias_with(c.bias_params);
+    c.causal = false;
+    if constexpr (sizeof(T) == sizeof(double)) check_case<T>(c, t5, plain_features(), 404);  // float rows: rounded steps
+    const lrpe::row_matrix<T> wt = uniform<T>(1, 5, 405);
+    const auto toeplitz = lrpe::canonical::toeplitz_bias<T>(c.d, 2, wt);
+    c.bias_params.assign(wt.data(), wt.data() + 5);
+    c.bias_with = [d = c.d](const std::vector<double>& row) {
+      lrpe::row_matrix<T> t(1, 5);
+      for (index_t j = 0; j < 5; ++j) t(0, j) = static_cast<T>(row[std::size_t(j)]);
+      const auto b = lrpe::canonical::toeplitz_bias<T>(d, 2, t);
+      return std::function<ld(position_t, position_t)>([b](position_t s, position_t t) { return ld(b.bias(s, t)); });
+    };
+    c.bias = c.bias_with(c.bias_params);
+    c.causal = true;
+    if constexpr (sizeof(T) == sizeof(double)) check_case<T>(c, toeplitz, plain_features(), 406);
+  }
   c.bias = [](position_t, position_t) { return ld(0); };
+  c.bias_with = nullptr;
   c.weight = [](position_t s, position_t t) { return ld(1) + ld(0.25) * ld((t - s) % 3); };
   check_case<T>(c, lrpe::no_encoding{}, plain_features(), 402);
   c.causal = false;
@@ -373,4 +429,34 @@ TEST_CASE_TEMPLATE("softmax backward, multi-head: grouped-query K/V (dK, dV summ
   run(per_head, four, [&](index_t h) -> const lrpe::rope_neox<T>& { return per_head[std::size_t(h)]; });
   CHECK_THROWS_AS(run(per_head, one, [&](index_t h) -> const lrpe::rope_neox<T>& { return per_head[std::size_t(h)]; }),
                   lrpe::shape_error);
+}
+
+TEST_CASE("softmax backward, multi-head: a per-head ALiBi table gives each head's slope gradient") {
+  using T = double;
+  const index_t B = 1, H = 3, n = 6, d = 4, dv = 2;
+  std::vector<T> q(std::size_t(B * H * n * d)), k(q.size()), v(std::size_t(B * H * n * dv)), d_out(v.size()),
+      out(v.size()), dq(q.size()), dk(k.size()), dvv(v.size());
+  lrpe::generator g(91);
+  for (auto* buf : {&q, &k, &v, &d_out})
+    for (auto& x : *buf) x = 2 * g.uniform01() - 1;
+  const auto alibi = lrpe::canonical::alibi<T>::for_heads(d, H);
+  const auto qv = lrpe::bnsh(std::as_const(q).data(), B, H, n, d), kv = lrpe::bnsh(std::as_const(k).data(), B, H, n, d);
+  const auto vv = lrpe::bnsh(std::as_const(v).data(), B, H, n, dv), dov = lrpe::bnsh(std::as_const(d_out).data(), B, H, n, dv);
+  lrpe::softmax_options<> opt;
+  opt.causal = true;
+  lrpe::softmax_attention(qv, kv, vv, lrpe::bnsh(out.data(), B, H, n, dv), alibi, opt);
+  std::vector<std::vector<double>> grads(H, alibi.make_gradient());
+  lrpe::softmax_attention_backward(qv, kv, vv, lrpe::bnsh(std::as_const(out).data(), B, H, n, dv), dov, {},
+                                   lrpe::bnsh(dq.data(), B, H, n, d), lrpe::bnsh(dk.data(), B, H, n, d),
+                                   lrpe::bnsh(dvv.data(), B, H, n, dv), alibi, opt, std::span<std::vector<double>>(grads));
+  for (index_t h = 0; h < H; ++h) {
+    const auto head = alibi.head(h);
+    lrpe::row_matrix<T> o(n, dv), a(n, d), b(n, d), c(n, dv);
+    lrpe::softmax_attention(qv.head(0, h), kv.head(0, h), vv.head(0, h), o, head, opt);
+    auto want = head.make_gradient();
+    lrpe::softmax_attention_backward(qv.head(0, h), kv.head(0, h), vv.head(0, h), o, dov.head(0, h), {}, a, b, c, head,
+                                     opt, &want);
+    CHECK(grads[std::size_t(h)] == want);
+    CHECK(want[0] != 0);
+  }
 }

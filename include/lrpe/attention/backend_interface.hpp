@@ -219,7 +219,15 @@ struct softmax_backward_problem {
   matrix_view<T> da;              ///< n_q × f, dL/dA (written)
   matrix_view<T> db;              ///< n_k × f, dL/dB (written)
   matrix_view<T> dv;              ///< n_k × d_v, dL/dV (written)
+  double* bias_grad = nullptr;    ///< a learnable additive encoding's parameter gradient (added to), or null
 };
+
+/// True for the logits of an additive encoding whose bias has a gradient (`accumulate_bias_gradient`).
+template <class L>
+inline constexpr bool learnable_bias_v = false;
+template <class T, class E>
+inline constexpr bool learnable_bias_v<biased_logits<T, E>> =
+    requires(const E& e, position_t s, double* g) { e.accumulate_bias_gradient(s, s, 0.0, g); };
 
 /**
  * Softmax attention backward of one head (FlashAttention-2's: D_s = dO_s·O_s, the probabilities

@@ -8,7 +8,7 @@
  * |---|---|---|
  * | `no_encoding` | from dS | none |
  * | every `lrpe::encoder` | dS gives dQ̃, dK̃ (the features); `encoder::backward` gives dQ, dK | θ, Householder v, dense P (added to `grad`) |
- * | `additive_encoding` (ALiBi, T5, tables) | from dS (the bias does not depend on Q, K) | not yet: the bias's own gradient |
+ * | `additive_encoding` (ALiBi, T5, Toeplitz tables) | from dS (the bias does not depend on Q, K) | the head's slope or table row: dL/dbias(s, t) = dS_st |
  *
  * URPE's reweighting C is differentiated through (C itself is fixed). Other encodings (Shaw,
  * DeBERTa, Transformer-XL, cosFormer, value terms) are a compile error naming what is missing.
@@ -54,6 +54,24 @@ void validate_softmax_backward(const matrix_view<const T>& q, const matrix_view<
   require_equal(dv.cols, v.cols, where, "dv.cols", "v.cols");
 }
 
+/// What `make_gradient()` of an encoding returns (`encoder_gradient` for encoders, a vector for
+/// a learnable additive bias); `encoder_gradient` for an encoding without one (null is passed).
+template <class E>
+struct gradient_of {
+  using type = encoder_gradient;
+};
+template <class E>
+  requires requires(const E& e) { e.make_gradient(); }
+struct gradient_of<E> {
+  using type = decltype(std::declval<const E&>().make_gradient());
+};
+template <class E>
+using gradient_t = typename gradient_of<E>::type;
+
+/// The encoding of one head of a multi-head call (the element of a range, a table's head, …).
+template <class Encodings>
+using head_encoding_t = std::remove_cvref_t<decltype(head_encoding(std::declval<const Encodings&>(), 0, 1, ""))>;
+
 /// `pos` − centre for `rows` rows (an offset, or `storage` holding the shifted array). The call's
 /// positions span at most 2^63 − 1 (validated), so no difference overflows.
 inline positions shifted(const positions& pos, index_t rows, position_t centre, std::vector<position_t>& storage) {
@@ -95,6 +113,11 @@ void softmax_backward_encoded(const matrix_view<const T>& q, const matrix_view<c
 
 }  // namespace detail
 
+/// The gradient type of an encoding (`make_gradient()`): `encoder_gradient` for encoders,
+/// `std::vector<double>` for a learnable additive bias (ALiBi, T5, Toeplitz).
+template <class Encoding>
+using encoding_gradient_t = detail::gradient_t<Encoding>;
+
 /**
  * The backward of `softmax_attention` for one head: dq, dk, dv are written; the encoder's
  * parameter gradients are added to `*grad` when it is not null.
@@ -106,7 +129,8 @@ void softmax_backward_encoded(const matrix_view<const T>& q, const matrix_view<c
  *                  one more pass of the forward kernel.
  * @param dq, dk, dv outputs, shaped as q, k, v; must not overlap the inputs.
  * @param encoding, options  as given to the forward (same positions, causal, scale, reweighting).
- * @param grad      null, or `encoding.make_gradient()`-shaped for an `lrpe::encoder`.
+ * @param grad      null, or `encoding.make_gradient()`-shaped: an `encoder_gradient` for an
+ *                  `lrpe::encoder`, a vector for a learnable additive encoding (added to).
  * @param backend   a backend with `softmax_backward_kernel` (the reference; `simd<A>` runs the
  *                  reference kernel).
  *
@@ -121,7 +145,7 @@ template <class Q, class K, class V, class O, class DO, class DQ, class DK, clas
 void softmax_attention_backward(const Q& q_in, const K& k_in, const V& v_in, const O& out_in, const DO& d_out_in,
                                 std::span<const detail::input_scalar_t<Q>> lse, DQ&& dq_in, DK&& dk_in, DV&& dv_in,
                                 const Encoding& encoding, const softmax_options<Reweight>& options = {},
-                                encoder_gradient* grad = nullptr, Backend backend = {}) {
+                                detail::gradient_t<Encoding>* grad = nullptr, Backend backend = {}) {
   constexpr const char* where = "lrpe::softmax_attention_backward";
   using T = detail::input_scalar_t<Q>;
   const auto q = detail::as_input(q_in);
@@ -144,8 +168,7 @@ void softmax_attention_backward(const Q& q_in, const K& k_in, const V& v_in, con
   constexpr bool is_encoder = lrpe_encoder<Encoding>;
   static_assert(is_none || is_encoder || (additive_encoding<Encoding> && !value_encoding<Encoding>),
                 "lrpe::softmax_attention_backward: the encoding has no backward yet: no_encoding, every "
-                "lrpe::encoder and additive encodings (ALiBi, T5, tables: without their bias gradient) "
-                "have one (docs/training.md)");
+                "lrpe::encoder and additive encodings (ALiBi, T5, Toeplitz tables) have one (docs/training.md)");
   // out is read; the forward's validation wants a mutable view of the same shape
   const matrix_view<T> out_shape(const_cast<T*>(out.data), out.rows, out.cols, out.row_stride);
   detail::validate_softmax(q, k, v, out_shape, encoding, options, where);
@@ -157,6 +180,10 @@ void softmax_attention_backward(const Q& q_in, const K& k_in, const V& v_in, con
       detail::require_equal(static_cast<index_t>(grad->lambda.size()), encoding.lambda_parameter_count(), where,
                             "grad->lambda.size()", "encoding.lambda_parameter_count()");
     }
+  } else if constexpr (backend::learnable_bias_v<backend::biased_logits<T, Encoding>>) {
+    if (grad != nullptr)
+      detail::require_equal(static_cast<index_t>(grad->size()), encoding.parameter_count(), where, "grad->size()",
+                            "encoding.parameter_count()");
   }
   if (q.rows == 0 || k.rows == 0) {  // no key visible anywhere: every gradient is zero
     for (const auto* m : {&dq, &dk, &dv})
@@ -182,6 +209,9 @@ void softmax_attention_backward(const Q& q_in, const K& k_in, const V& v_in, con
   } else if constexpr (is_encoder) {
     detail::softmax_backward_encoded(q, k, dq, dk, encoding, options, scale, grad, problem, backend);
   } else {
+    if constexpr (backend::learnable_bias_v<backend::biased_logits<T, Encoding>>) {
+      if (grad != nullptr) problem.bias_grad = grad->data();
+    }
     const backend::dot_logits<T> content{q, k, scale};
     softmax_backward_kernel(
         backend, problem, content,
@@ -231,8 +261,9 @@ void softmax_attention_lse(const heads_view<TQ>& q, const heads_view<TK>& k, con
  * Multi-head `softmax_attention_backward`: dq (q's shape) is written per head; dk and dv (k's
  * and v's shapes) get, per K/V head, the sum over the query heads that read it (grouped-query
  * attention). `lse`: as written by the multi-head `softmax_attention_lse`, or empty.
- * @param grads none; one `encoder_gradient` for an encoder shared by every head (summed over
- *              heads and batch); or one per head (q.heads of them) for per-head encoders.
+ * @param grads none; one gradient (`make_gradient()` of the encoding) for an encoder shared by
+ *              every head (summed over heads and batch); or one per head (q.heads of them) for
+ *              per-head encoders and per-head tables (ALiBi's slope, T5's row of head h).
  * @throws shape_error as the multi-head forward, and for d_out, dq, dk, dv, lse or grads of the
  *         wrong shape or count.
  */
@@ -242,7 +273,8 @@ void softmax_attention_backward(const heads_view<TQ>& q, const heads_view<TK>& k
                                 const heads_view<TO>& out, const heads_view<TD>& d_out,
                                 std::span<const std::remove_const_t<TQ>> lse, const heads_view<T>& dq,
                                 const heads_view<T>& dk, const heads_view<T>& dv, const Encodings& encodings,
-                                const softmax_options<Reweight>& options = {}, std::span<encoder_gradient> grads = {},
+                                const softmax_options<Reweight>& options = {},
+                                std::span<detail::gradient_t<detail::head_encoding_t<Encodings>>> grads = {},
                                 Backend backend = {}) {
   constexpr const char* where = "lrpe::softmax_attention_backward (multi-head)";
   static_assert(!std::is_const_v<T>, "lrpe::softmax_attention_backward: dq, dk, dv must be mutable heads_views");
@@ -285,7 +317,7 @@ void softmax_attention_backward(const heads_view<TQ>& q, const heads_view<TK>& k
       softmax_options<Reweight> head_options = options;
       if constexpr (detail::multi_head_table<Reweight>)
         head_options.reweight = detail::table_head(options.reweight, h, q.heads, where, "options.reweight.heads()");
-      encoder_gradient* grad = grads.empty() ? nullptr : &grads[shared ? 0 : static_cast<std::size_t>(h)];
+      auto* grad = grads.empty() ? nullptr : &grads[shared ? 0 : static_cast<std::size_t>(h)];
       const auto head_lse = lse.empty() ? lse : lse.subspan(static_cast<std::size_t>((b * q.heads + h) * q.seq),
                                                             static_cast<std::size_t>(q.seq));
       softmax_attention_backward(detail::as_const_heads(q).head(b, h), detail::as_const_heads(k).head(b, hk),

@@ -79,6 +79,16 @@ class alibi {
   [[nodiscard]] double score(const T* q, position_t s, const T* k, position_t t) const noexcept {
     return detail_::dot(q, k, d_) + bias(s, t);
   }
+
+  /// The learnable parameter of this head: its slope m (docs/training.md).
+  [[nodiscard]] static constexpr index_t parameter_count() noexcept { return 1; }
+  [[nodiscard]] std::vector<double> make_gradient() const { return {0.0}; }
+  /// Adds dL/dm of one logit: d_logit·(t − s), or −d_logit·|t − s| (0 where the bias is held).
+  void accumulate_bias_gradient(position_t s, position_t t, double d_logit, double* grad) const noexcept {
+    const double x = lrpe::detail::offset_value(s, t);
+    if (std::abs(bias_of(x)) == std::numeric_limits<double>::max()) return;
+    grad[0] += d_logit * (form_ == alibi_form::causal ? x : -std::abs(x));
+  }
   [[nodiscard]] auto canonical() const {
     return detail_::additive_canonical<T>(d_, [v = *this](position_t delta) { return v.bias_at(delta); });
   }

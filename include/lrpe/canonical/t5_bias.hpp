@@ -77,6 +77,17 @@ class t5_bias {
   [[nodiscard]] double score(const T* q, position_t s, const T* k, position_t t) const noexcept {
     return detail_::dot(q, k, d_) + bias(s, t);
   }
+  /// The learnable parameters of this head: its num_buckets table entries (docs/training.md).
+  [[nodiscard]] index_t parameter_count() const noexcept { return cfg_.num_buckets; }
+  /// A zeroed gradient of this head's row.
+  [[nodiscard]] std::vector<double> make_gradient() const {
+    return std::vector<double>(static_cast<std::size_t>(parameter_count()), 0.0);
+  }
+  /// Adds dL/dB[h, ·] of one logit: its bucket gets `d_logit`.
+  void accumulate_bias_gradient(position_t s, position_t t, double d_logit, double* grad) const noexcept {
+    grad[bucket(saturating_offset(s, t))] += d_logit;
+  }
+
   /// T5 does not scale QKᵀ.
   [[nodiscard]] static constexpr double default_scale(index_t) noexcept { return 1.0; }
 

@@ -75,6 +75,17 @@ class toeplitz_bias {
   }
   /// The unscaled additive bias of (query s, key t).
   [[nodiscard]] double bias(position_t s, position_t t) const noexcept { return bias_at(saturating_offset(s, t)); }
+  /// The learnable parameters of this head: its 2r + 1 table entries (docs/training.md).
+  [[nodiscard]] index_t parameter_count() const noexcept { return static_cast<index_t>(2 * r_ + 1); }
+  /// A zeroed gradient of this head's row.
+  [[nodiscard]] std::vector<double> make_gradient() const {
+    return std::vector<double>(static_cast<std::size_t>(parameter_count()), 0.0);
+  }
+  /// Adds dL/dw[h, ·] of one logit: its clipped offset's entry gets `d_logit`.
+  void accumulate_bias_gradient(position_t s, position_t t, double d_logit, double* grad) const noexcept {
+    grad[clip(saturating_offset(s, t), r_) + r_] += d_logit;
+  }
+
   /// Direct formula q·k + w[clip(t − s, r)].
   [[nodiscard]] double score(const T* q, position_t s, const T* k, position_t t) const noexcept {
     return detail_::dot(q, k, d_) + bias(s, t);

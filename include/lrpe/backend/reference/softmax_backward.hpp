@@ -52,13 +52,14 @@ std::vector<T> recompute_lse(const softmax_problem<T>& fwd, const Logits& logits
 
 /**
  * One (query tile, key tile) pair of the backward: S (logits, masked) becomes P, then dS, and
- * the tile's contributions are added to dA, dB and dV. Where P is 0 (masked, or underflowed),
- * dS is 0: a non-finite value of a masked key reaches no gradient.
+ * the tile's contributions are added to dA, dB and dV, and dS_st to `bias_grad(s, t, dS_st)`.
+ * Where P is 0 (masked, or underflowed), dS is 0: a non-finite value of a masked key reaches no
+ * gradient.
  */
-template <class T, class Reweight, class Tile>
+template <class T, class Reweight, class BiasGrad, class Tile>
 void backward_tile(const softmax_backward_problem<T>& p, const dot_logits<T>& content, const Reweight& c,
-                   const T* lse, const std::vector<T>& delta, index_t i0, index_t i1, index_t j0, index_t j1,
-                   Tile& S, Tile& dP) {
+                   const BiasGrad& bias_grad, const T* lse, const std::vector<T>& delta, index_t i0, index_t i1,
+                   index_t j0, index_t j1, Tile& S, Tile& dP) {
   const softmax_problem<T>& f = p.forward;
   const index_t bq = i1 - i0, bk = j1 - j0;
   const auto d_out = tile_of(p.d_out, i0, i1);
@@ -76,6 +77,7 @@ void backward_tile(const softmax_backward_problem<T>& p, const dot_logits<T>& co
       }
       S(i, j) = prob * weight;                                                    // W, for dV
       dP(i, j) = prob == T(0) ? T(0) : prob * (dP(i, j) * weight - delta[static_cast<std::size_t>(i0 + i)]);  // dS
+      if (prob != T(0)) bias_grad(s, t, dP(i, j));
     }
   }
   auto W = S.topLeftCorner(bq, bk);
@@ -110,6 +112,12 @@ void softmax_backward_kernel(reference, const softmax_backward_problem<T>& p, co
     for (index_t j = 0; j < f.v.cols; ++j) acc += p.d_out.row(i)[j] * f.out.row(i)[j];
     delta[static_cast<std::size_t>(i)] = acc;
   }
+  // a learnable additive encoding's bias gets dL/dbias(s, t) = dS_st
+  const auto bias_grad = [&]([[maybe_unused]] position_t s, [[maybe_unused]] position_t t, [[maybe_unused]] T ds) {
+    if constexpr (learnable_bias_v<Logits>) {
+      if (p.bias_grad != nullptr) logits.encoding->accumulate_bias_gradient(s, t, static_cast<double>(ds), p.bias_grad);
+    }
+  };
   const index_t bt = std::max<index_t>(1, f.tile);
   const index_t tq = std::min(bt, f.nq), tk = std::min(bt, f.nk);
   row_matrix<T> s_tile(tq, tk), dp_tile(tq, tk);
@@ -119,7 +127,7 @@ void softmax_backward_kernel(reference, const softmax_backward_problem<T>& p, co
       const index_t j1 = std::min(f.nk, j0 + bt);
       auto S = s_tile.topLeftCorner(i1 - i0, j1 - j0);
       logits(i0, i1, j0, j1, S);
-      reference_detail::backward_tile(p, content, c, lse, delta, i0, i1, j0, j1, s_tile, dp_tile);
+      reference_detail::backward_tile(p, content, c, bias_grad, lse, delta, i0, i1, j0, j1, s_tile, dp_tile);
     }
   }
 }
