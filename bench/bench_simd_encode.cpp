@@ -162,6 +162,32 @@ void dft_phase_type8_d256(benchmark::State& s) { encode_qk_bench(s, lrpe::type8<
 void reference_type8_d128(benchmark::State& s) { encode_qk_bench(s, lrpe::type8<float>(128), reference{}); }
 void reference_type8_d256(benchmark::State& s) { encode_qk_bench(s, lrpe::type8<float>(256), reference{}); }
 
+/// The encoder backward of Q and K (issue 38): dQ, dK from the gradients of the encoded Q and K,
+/// and with `theta` the frequencies' gradient too (reading Q and K as well). Bytes: the
+/// gradients read, dQ and dK written (and Q, K read with θ).
+template <class E, class Backend>
+void backward_qk_bench(benchmark::State& state, const E& enc, Backend backend, bool theta) {
+  const auto n = static_cast<lrpe::index_t>(state.range(0));
+  qk_data m(n, enc.feature_dim(), enc.dim());  // q, k: the rows; qo, ko: their gradients
+  lrpe::row_matrix<float> dq = lrpe::row_matrix<float>::Zero(heads * n, dim), dk = dq;
+  const auto hv = [&](const float* p) { return lrpe::bnsh(p, 1, heads, n, dim); };
+  auto grad = enc.make_gradient();
+  const double bytes = m.bytes() / 2 * (theta ? 3 : 2);
+  timed(state, bytes, anchor_for(n), [&] {
+    lrpe::encode_qk_backward(backend, enc, hv(m.q.data()), 0, hv(m.k.data()), 0, hv(m.qo.data()), hv(m.ko.data()),
+                             lrpe::bnsh(dq.data(), 1, heads, n, dim), lrpe::bnsh(dk.data(), 1, heads, n, dim),
+                             theta ? &grad : nullptr);
+    benchmark::ClobberMemory();
+  });
+}
+void backward_rope_split_half(benchmark::State& s) { backward_qk_bench(s, lrpe::rope_neox<float>(dim), simd{}, false); }
+void backward_rope_split_half_theta(benchmark::State& s) {
+  backward_qk_bench(s, lrpe::rope_neox<float>(dim), simd{}, true);
+}
+void reference_backward_rope_split_half_theta(benchmark::State& s) {
+  backward_qk_bench(s, lrpe::rope_neox<float>(dim), reference{}, true);
+}
+
 // BSNH: the heads of a position are adjacent in memory.
 void rope_interleaved_bsnh(benchmark::State& s) { encode_qk_bench(s, lrpe::rope_gptj<float>(dim), simd{}, layout::bsnh); }
 void permutation_power_bsnh(benchmark::State& s) {
@@ -224,6 +250,9 @@ LRPE_QK(dft_phase_type8_bsnh);
 LRPE_QK(rope_interleaved_bsnh_to_bnsh);
 LRPE_QK(permutation_power_bsnh_to_bnsh);
 LRPE_QK(reference_rope_interleaved_bsnh);
+LRPE_QK(backward_rope_split_half);
+LRPE_QK(backward_rope_split_half_theta);
+LRPE_QK(reference_backward_rope_split_half_theta);
 #define LRPE_QK_WIDE(f) BENCHMARK(f)->Arg(2048)->Arg(512)->UseManualTime()->Unit(benchmark::kMicrosecond)
 LRPE_QK_WIDE(dft_phase_type8_d128);
 LRPE_QK_WIDE(dft_phase_type8_d256);

@@ -252,7 +252,13 @@ class encoder {
    */
   void backward(matrix_view<const scalar> x, positions pos, matrix_view<const scalar> d_out,
                 matrix_view<scalar> dx, encoder_gradient* grad = nullptr) const {
-    constexpr const char* where = "lrpe::encoder::backward";
+    check_backward(x, pos, d_out, dx, grad, "lrpe::encoder::backward");
+    for (index_t i = 0; i < x.rows; ++i) backward_row(pos[i], x.row(i), d_out.row(i), dx.row(i), grad);
+  }
+
+  /// The checks of `backward` (for backends that run their own backward), naming `where`.
+  void check_backward(const matrix_view<const scalar>& x, const positions& pos, const matrix_view<const scalar>& d_out,
+                      const matrix_view<scalar>& dx, const encoder_gradient* grad, const char* where) const {
     validate(x, where, "x");
     validate(d_out, where, "d_out");
     validate(dx, where, "dx");
@@ -268,7 +274,6 @@ class encoder {
       detail::require_equal(static_cast<index_t>(grad->lambda.size()), lambda_parameter_count(), where,
                             "grad->lambda.size()", "the lambda parameter count (lambda_parameter_count())");
     }
-    for (index_t i = 0; i < x.rows; ++i) backward_row(pos[i], x.row(i), d_out.row(i), dx.row(i), grad);
   }
 
   /// M_s = Λ⁽ˢ⁾ P as a dense d×d matrix.

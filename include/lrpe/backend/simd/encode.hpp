@@ -845,6 +845,77 @@ const auto& kernel_encoding(const E& e) noexcept {
   else
     return e;
 }
+/// Encoders whose backward the SIMD kernels run: real, P = I, Λ a rotation (RoPE in both
+/// pairings), a permutation power (PermuteFormer) or the identity. Their dx = Λ⁽ˢ⁾ᵀg is the
+/// forward of `transposed` Λ at the same positions, and dL/dθ_k = s·(x_i·dx_j − x_j·dx_i)
+/// needs x and dx only (Λ⁽ˢ⁾ commutes with a pair's quarter turn), which
+/// `rotation::accumulate_gradient(s, x, dx, ·)` computes.
+template <class E>
+inline constexpr bool simd_backward_v =
+    !E::is_complex && std::is_same_v<typename E::p_type, p::identity<typename E::scalar>> &&
+    (std::is_same_v<typename E::lambda_type, lambda::rotation<typename E::scalar>> ||
+     std::is_same_v<typename E::lambda_type, lambda::permutation_power<typename E::scalar>> ||
+     std::is_same_v<typename E::lambda_type, lambda::identity<typename E::scalar>>);
+
+/// Λ⁽ˢ⁾ᵀ = Λ⁽⁻ˢ⁾ as a Λ of the same kind at the same s: the rotation by −θ (s·(−θ) = −(s·θ)
+/// exactly: cos the same, sin negated), the powers of π⁻¹, the identity. No −s is formed, so
+/// every int64 position works.
+template <class L>
+L transposed(const L& l) {
+  using T = typename L::scalar;
+  if constexpr (std::is_same_v<L, lambda::rotation<T>>) {
+    std::vector<double> theta(l.frequencies().begin(), l.frequencies().end());
+    for (double& t : theta) t = -t;
+    return L(l.dim(), std::move(theta), l.pair_mode());
+  } else if constexpr (std::is_same_v<L, lambda::permutation_power<T>>) {
+    std::vector<index_t> inverse(static_cast<std::size_t>(l.dim()));
+    for (index_t j = 0; j < l.dim(); ++j) inverse[static_cast<std::size_t>(l.indices()[static_cast<std::size_t>(j)])] = j;
+    return L(inverse);
+  } else {
+    return l;
+  }
+}
+
+/// Rows per block when θ's gradient follows dx: the block's dx is still in cache (L2 for a
+/// few heads of d = 64; fewer blocks, fewer kernel calls: bench/results/issue38-backward.md).
+inline constexpr index_t backward_block_rows = 256;
+
+/// Adds θ's gradient of rows [r0, r1) of one head from x and dx (nothing for a Λ without parameters).
+/// For a rotation: `rotation::accumulate_gradient(s, x, dx, ·)`'s sum over the pairs written as
+/// two contiguous (split-half) or stride-2 (interleaved) loops, which the compiler vectorises.
+template <class E>
+void add_theta_gradient(const E& enc, const matrix_view<const typename E::scalar>& x, const positions& pos,
+                        const matrix_view<typename E::scalar>& dx, index_t r0, index_t r1, encoder_gradient* grad) {
+  using T = typename E::scalar;
+  if constexpr (std::is_same_v<typename E::lambda_type, lambda::rotation<T>>) {
+    if (grad == nullptr) return;
+    const index_t half = enc.lambda().rotated_dim() / 2;
+    const bool interleaved = enc.lambda().pair_mode() == pairing::interleaved;
+    double* __restrict g = grad->lambda.data();
+    for (index_t i = r0; i < r1; ++i) {
+      const auto s = static_cast<double>(pos[i]);
+      const T* __restrict a = x.row(i);
+      const T* __restrict b = dx.row(i);
+      if (interleaved) {
+        for (index_t k = 0; k < half; ++k)
+          g[k] += s * (static_cast<double>(a[2 * k]) * b[2 * k + 1] - static_cast<double>(a[2 * k + 1]) * b[2 * k]);
+      } else {
+        for (index_t k = 0; k < half; ++k)
+          g[k] += s * (static_cast<double>(a[k]) * b[k + half] - static_cast<double>(a[k + half]) * b[k]);
+      }
+    }
+  } else {
+    (void)enc, (void)x, (void)pos, (void)dx, (void)r0, (void)r1, (void)grad;  // no parameters
+  }
+}
+
+/// Rows [r0, r0 + rows) of every head of a heads_view.
+template <class T>
+heads_view<T> rows_of(const heads_view<T>& x, index_t r0, index_t rows) {
+  return {rows > 0 ? x.data + r0 * x.seq_stride : x.data, x.batch, x.heads, rows, x.dim,
+          x.batch_stride, x.head_stride, x.seq_stride};
+}
+
 }  // namespace backend::simd_detail
 
 
@@ -855,6 +926,91 @@ void encode(const B&, const E& enc, matrix_view<const typename E::scalar> x, pos
             matrix_view<typename E::scalar> out) {
   const auto& base = backend::simd_detail::kernel_encoding(enc);
   simd_encoder<std::remove_cvref_t<decltype(base)>, typename B::arch_type>(base).encode(x, pos, out);
+}
+
+/**
+ * SIMD backward of `encode` (docs/training.md): the same as `enc.backward(x, pos, d_out, dx,
+ * grad)`. RoPE (both pairings), permutation powers and the identity Λ after P = I
+ * (`simd_backward_v`) run the forward kernel of the transposed encoder on d_out, then θ's
+ * gradient from x and dx by blocks of rows; any other encoder, or an aliased dx, takes
+ * `encoder::backward`.
+ */
+template <backend::simd_backend B, lrpe_encoder E>
+void encode_backward(const B&, const E& enc, matrix_view<const typename E::scalar> x, positions pos,
+                     matrix_view<const typename E::scalar> d_out, matrix_view<typename E::scalar> dx,
+                     encoder_gradient* grad = nullptr) {
+  const auto& base = backend::simd_detail::kernel_encoding(enc);
+  using base_t = std::remove_cvref_t<decltype(base)>;
+  if constexpr (backend::simd_detail::simd_backward_v<base_t>) {
+    base.check_backward(x, pos, d_out, dx, grad, "lrpe::encode_backward (simd backend)");
+    // dx = d_out in place is not a kernel call; dx = x with θ's gradient would read x overwritten
+    const bool theta = grad != nullptr && base.lambda_parameter_count() > 0;
+    if (dx.data != d_out.data && !(theta && dx.data == x.data)) {
+      const simd_encoder<base_t, typename B::arch_type> se(base_t(base.p(), backend::simd_detail::transposed(base.lambda())));
+      constexpr index_t block = backend::simd_detail::backward_block_rows;
+      const index_t step = theta ? block : std::max<index_t>(1, x.rows);
+      for (index_t r0 = 0; r0 < x.rows; r0 += step) {
+        const index_t m = std::min(step, x.rows - r0);
+        se.encode(matrix_view<const typename E::scalar>(d_out.row(r0), m, d_out.cols, d_out.row_stride), pos.slice(r0, m),
+                  matrix_view<typename E::scalar>(dx.row(r0), m, dx.cols, dx.row_stride));
+        backend::simd_detail::add_theta_gradient(base, x, pos, dx, r0, r0 + m, grad);
+      }
+      return;
+    }
+  }
+  enc.backward(x, pos, d_out, dx, grad);
+}
+
+/**
+ * SIMD backward of `encode_qk`: every (batch, head) of Q and K, the parameter gradient summed
+ * over all of them (as the reference backend's). For `simd_backward_v` encoders the transposed
+ * encoder's `encode_qk` runs on every head at once (its per-position tables shared by heads, Q
+ * and K), by blocks of positions when θ's gradient follows; otherwise `encode_backward` per head.
+ */
+template <backend::simd_backend B, lrpe_encoder E>
+void encode_qk_backward(const B& b, const E& enc, heads_view<const typename E::scalar> q, positions q_pos,
+                        heads_view<const typename E::scalar> k, positions k_pos,
+                        heads_view<const typename E::scalar> d_q_out, heads_view<const typename E::scalar> d_k_out,
+                        heads_view<typename E::scalar> dq, heads_view<typename E::scalar> dk,
+                        encoder_gradient* grad = nullptr) {
+  constexpr const char* where = "lrpe::encode_qk_backward (simd backend)";
+  detail::require_shape(d_q_out.batch == q.batch && d_q_out.heads == q.heads && dq.batch == q.batch && dq.heads == q.heads,
+                        where, "d_q_out, dq", "must have q's batch and heads",
+                        detail::lazy_concat(d_q_out.batch, "x", d_q_out.heads, ", ", dq.batch, "x", dq.heads));
+  detail::require_shape(d_k_out.batch == k.batch && d_k_out.heads == k.heads && dk.batch == k.batch && dk.heads == k.heads,
+                        where, "d_k_out, dk", "must have k's batch and heads",
+                        detail::lazy_concat(d_k_out.batch, "x", d_k_out.heads, ", ", dk.batch, "x", dk.heads));
+  const auto& base = backend::simd_detail::kernel_encoding(enc);
+  using base_t = std::remove_cvref_t<decltype(base)>;
+  if constexpr (backend::simd_detail::simd_backward_v<base_t>) {
+    const bool theta = grad != nullptr && base.lambda_parameter_count() > 0;
+    const bool aliased = dq.data == d_q_out.data || dk.data == d_k_out.data ||
+                         (theta && (dq.data == q.data || dk.data == k.data));
+    if (!aliased && q.batch > 0 && q.heads > 0 && k.batch > 0 && k.heads > 0) {
+      base.check_backward(q.head(0, 0), q_pos, d_q_out.head(0, 0), dq.head(0, 0), grad, where);
+      base.check_backward(k.head(0, 0), k_pos, d_k_out.head(0, 0), dk.head(0, 0), grad, where);
+      const simd_encoder<base_t, typename B::arch_type> se(base_t(base.p(), backend::simd_detail::transposed(base.lambda())));
+      constexpr index_t block = backend::simd_detail::backward_block_rows;
+      const index_t rows = std::max(q.seq, k.seq), step = theta ? block : std::max<index_t>(1, rows);
+      for (index_t r0 = 0; r0 < rows; r0 += step) {
+        const index_t mq = std::clamp<index_t>(q.seq - r0, 0, step), mk = std::clamp<index_t>(k.seq - r0, 0, step);
+        se.encode_qk(backend::simd_detail::rows_of(d_q_out, r0, mq), q_pos.slice(r0, mq),
+                     backend::simd_detail::rows_of(d_k_out, r0, mk), k_pos.slice(r0, mk),
+                     backend::simd_detail::rows_of(dq, r0, mq), backend::simd_detail::rows_of(dk, r0, mk));
+        for (index_t bi = 0; bi < q.batch; ++bi)
+          for (index_t h = 0; h < q.heads; ++h)
+            backend::simd_detail::add_theta_gradient(base, q.head(bi, h), q_pos, dq.head(bi, h), r0, r0 + mq, grad);
+        for (index_t bi = 0; bi < k.batch; ++bi)
+          for (index_t h = 0; h < k.heads; ++h)
+            backend::simd_detail::add_theta_gradient(base, k.head(bi, h), k_pos, dk.head(bi, h), r0, r0 + mk, grad);
+      }
+      return;
+    }
+  }
+  for (index_t bi = 0; bi < q.batch; ++bi)
+    for (index_t h = 0; h < q.heads; ++h) encode_backward(b, enc, q.head(bi, h), q_pos, d_q_out.head(bi, h), dq.head(bi, h), grad);
+  for (index_t bi = 0; bi < k.batch; ++bi)
+    for (index_t h = 0; h < k.heads; ++h) encode_backward(b, enc, k.head(bi, h), k_pos, d_k_out.head(bi, h), dk.head(bi, h), grad);
 }
 
 /// SIMD Q and K of every (batch, head) in one call (see `simd_encoder::encode_qk`).
