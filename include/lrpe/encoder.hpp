@@ -268,12 +268,16 @@ class encoder {
     detail::require_equal(dx.cols, dim(), where, "dx.cols", "dim()");
     detail::require_equal(dx.rows, x.rows, where, "dx.rows", "x.rows");
     pos.require_rows(x.rows, where);
-    if (grad != nullptr) {
-      detail::require_equal(static_cast<index_t>(grad->p.size()), p_parameter_count(), where, "grad->p.size()",
-                            "the P parameter count (p_parameter_count())");
-      detail::require_equal(static_cast<index_t>(grad->lambda.size()), lambda_parameter_count(), where,
-                            "grad->lambda.size()", "the lambda parameter count (lambda_parameter_count())");
-    }
+    check_gradient(grad, where);
+  }
+
+  /// `grad`, when not null, is sized as `make_gradient()` (a shape_error naming `where` otherwise).
+  void check_gradient(const encoder_gradient* grad, const char* where) const {
+    if (grad == nullptr) return;
+    detail::require_equal(static_cast<index_t>(grad->p.size()), p_parameter_count(), where, "grad->p.size()",
+                          "the P parameter count (p_parameter_count())");
+    detail::require_equal(static_cast<index_t>(grad->lambda.size()), lambda_parameter_count(), where,
+                          "grad->lambda.size()", "the lambda parameter count (lambda_parameter_count())");
   }
 
   /// M_s = Λ⁽ˢ⁾ P as a dense d×d matrix.

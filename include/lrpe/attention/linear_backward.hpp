@@ -92,23 +92,8 @@ void validate_linear_backward(const matrix_view<const T>& q, const matrix_view<c
   static_assert(differentiable_feature_map<Phi, T>,
                 "lrpe::linear_attention_backward: the feature map needs a member derivative(x) returning "
                 "phi'(x) (lrpe::differentiable_feature_map; lrpe's own maps have one)");
-  validate(dq, where, "dq");
-  validate(dk, where, "dk");
-  validate(dv, where, "dv");
-  require_equal(dq.rows, q.rows, where, "dq.rows", "q.rows");
-  require_equal(dq.cols, q.cols, where, "dq.cols", "q.cols");
-  require_equal(dk.rows, k.rows, where, "dk.rows", "k.rows");
-  require_equal(dk.cols, k.cols, where, "dk.cols", "k.cols");
-  require_equal(dv.rows, v.rows, where, "dv.rows", "v.rows");
-  require_equal(dv.cols, v.cols, where, "dv.cols", "v.cols");
-  if constexpr (lrpe_encoder<Encoding>) {
-    if (grad != nullptr) {
-      require_equal(static_cast<index_t>(grad->p.size()), encoding.p_parameter_count(), where, "grad->p.size()",
-                    "encoding.p_parameter_count()");
-      require_equal(static_cast<index_t>(grad->lambda.size()), encoding.lambda_parameter_count(), where,
-                    "grad->lambda.size()", "encoding.lambda_parameter_count()");
-    }
-  }
+  require_gradient_shapes(q, k, v, dq, dk, dv, where);
+  if constexpr (lrpe_encoder<Encoding>) encoding.check_gradient(grad, where);
 }
 
 /// The views of a backward call, converted and checked to share the scalar of q.

@@ -78,6 +78,21 @@ index_t kv_head(const heads_view<T>& q, const heads_view<U>& kv, index_t h) noex
  */
 inline constexpr index_t grouped_decode_rows = 8;
 
+/// The views of a multi-head attention call: each valid, K and V of q's batch (and q's heads or a
+/// divisor of them), out of q's, and the lengths and widths every head needs.
+template <class TQ, class TK, class TV, class T>
+void validate_attention_heads(const heads_view<TQ>& q, const heads_view<TK>& k, const heads_view<TV>& v,
+                            const heads_view<T>& out, const char* where) {
+  validate_heads(q, where, "q");
+  validate_heads(k, where, "k");
+  validate_heads(v, where, "v");
+  validate_heads(out, where, "out");
+  require_kv_heads(q, k, where, "k");
+  require_same_bh(k, v, where, "v");
+  require_same_bh(q, out, where, "out");
+  require_head_shapes(q, k, v, out, where);
+}
+
 /// A per-head table (canonical alibi, t5_bias, urpe, ...): `heads()` and `head(h)` of the same type.
 template <class E>
 concept multi_head_table = requires(const E& e, index_t h) {
@@ -160,14 +175,7 @@ void softmax_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const h
                        const softmax_options<Reweight>& options = {}, Backend backend = {}) {
   constexpr const char* where = "lrpe::softmax_attention (multi-head)";
   static_assert(!std::is_const_v<T>, "lrpe::softmax_attention: out must be a mutable heads_view");
-  detail::validate_heads(q, where, "q");
-  detail::validate_heads(k, where, "k");
-  detail::validate_heads(v, where, "v");
-  detail::validate_heads(out, where, "out");
-  detail::require_kv_heads(q, k, where, "k");
-  detail::require_same_bh(k, v, where, "v");
-  detail::require_same_bh(q, out, where, "out");
-  detail::require_head_shapes(q, k, v, out, where);
+  detail::validate_attention_heads(q, k, v, out, where);
   detail::check_head_encodings<std::remove_const_t<TQ>>(encodings, q.heads, q.dim, where);
   // Decode with grouped K/V (GQA, MQA): one query row per head and one encoding for every head.
   // The group's query heads are the rows of calls over their K/V head (at most
@@ -276,14 +284,7 @@ void linear_attention_heads(const heads_view<TQ>& q, const heads_view<TK>& k, co
                             Backend backend) {
   constexpr const char* where = "lrpe::linear_attention (multi-head)";
   static_assert(!std::is_const_v<T>, "lrpe::linear_attention: out must be a mutable heads_view");
-  validate_heads(q, where, "q");
-  validate_heads(k, where, "k");
-  validate_heads(v, where, "v");
-  validate_heads(out, where, "out");
-  require_kv_heads(q, k, where, "k");
-  require_same_bh(k, v, where, "v");
-  require_same_bh(q, out, where, "out");
-  require_head_shapes(q, k, v, out, where);
+  validate_attention_heads(q, k, v, out, where);
   require_feature_map<T>(phi, where);
   if (!options.head_decays.empty()) {
     require_size(static_cast<index_t>(options.head_decays.size()), q.heads, where, "options.head_decays");

@@ -22,6 +22,7 @@
 #include <lrpe/core/relative.hpp>
 #include <lrpe/core/view.hpp>
 
+#include <optional>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -170,6 +171,29 @@ void run_softmax(const matrix_view<const T>& q, const matrix_view<const T>& k, c
   }
 }
 
+/// The front of `softmax_attention` and `softmax_attention_lse`: the inputs as views, the
+/// static checks, the validation (and, with `lse`, its size), then `run_softmax`.
+template <class Q, class K, class V, class O, class Encoding, class Reweight, class Backend>
+void softmax_entry(const char* where, const Q& q_in, const K& k_in, const V& v_in, O&& out_in,
+                   std::optional<std::span<input_scalar_t<Q>>> lse, const Encoding& encoding,
+                   const softmax_options<Reweight>& options, const Backend& backend) {
+  const auto q = as_input(q_in);
+  const auto k = as_input(k_in);
+  const auto v = as_input(v_in);
+  const auto out = as_output(out_in);
+  using T = input_scalar_t<Q>;
+  static_assert(std::is_same_v<decltype(k), const matrix_view<const T>> &&
+                    std::is_same_v<decltype(v), const matrix_view<const T>> &&
+                    std::is_same_v<decltype(out), const matrix_view<T>>,
+                "lrpe::softmax_attention: q, k, v and out must have the same scalar type");
+  require_softmax_types<T, Encoding, Reweight>();
+  validate_softmax(q, k, v, out, encoding, options, where);
+  if (lse) require_equal(static_cast<index_t>(lse->size()), q.rows, where, "lse.size()", "q.rows");
+  if (q.rows == 0) return;
+  run_softmax(q, k, v, out, lse ? lse->data() : static_cast<T*>(nullptr), encoding, options,
+              softmax_scale<T>(encoding, options, q.cols, where), backend);
+}
+
 }  // namespace detail
 
 /**
@@ -195,21 +219,7 @@ template <class Q, class K, class V, class O, class Encoding, class Reweight = n
   requires detail::matrix_input<Q> && detail::matrix_input<K> && detail::matrix_input<V>
 void softmax_attention(const Q& q_in, const K& k_in, const V& v_in, O&& out_in, const Encoding& encoding,
                        const softmax_options<Reweight>& options = {}, Backend backend = {}) {
-  constexpr const char* where = "lrpe::softmax_attention";
-  const auto q = detail::as_input(q_in);
-  const auto k = detail::as_input(k_in);
-  const auto v = detail::as_input(v_in);
-  const auto out = detail::as_output(out_in);
-  using T = detail::input_scalar_t<Q>;
-  static_assert(std::is_same_v<decltype(k), const matrix_view<const T>> &&
-                    std::is_same_v<decltype(v), const matrix_view<const T>> &&
-                    std::is_same_v<decltype(out), const matrix_view<T>>,
-                "lrpe::softmax_attention: q, k, v and out must have the same scalar type");
-  detail::require_softmax_types<T, Encoding, Reweight>();
-  detail::validate_softmax(q, k, v, out, encoding, options, where);
-  if (q.rows == 0) return;
-  detail::run_softmax(q, k, v, out, static_cast<T*>(nullptr), encoding, options,
-                      detail::softmax_scale<T>(encoding, options, q.cols, where), backend);
+  detail::softmax_entry("lrpe::softmax_attention", q_in, k_in, v_in, out_in, {}, encoding, options, backend);
 }
 
 /**
@@ -225,22 +235,8 @@ template <class Q, class K, class V, class O, class Encoding, class Reweight = n
 void softmax_attention_lse(const Q& q_in, const K& k_in, const V& v_in, O&& out_in,
                            std::span<detail::input_scalar_t<Q>> lse, const Encoding& encoding,
                            const softmax_options<Reweight>& options = {}, Backend backend = {}) {
-  constexpr const char* where = "lrpe::softmax_attention_lse";
-  const auto q = detail::as_input(q_in);
-  const auto k = detail::as_input(k_in);
-  const auto v = detail::as_input(v_in);
-  const auto out = detail::as_output(out_in);
-  using T = detail::input_scalar_t<Q>;
-  static_assert(std::is_same_v<decltype(k), const matrix_view<const T>> &&
-                    std::is_same_v<decltype(v), const matrix_view<const T>> &&
-                    std::is_same_v<decltype(out), const matrix_view<T>>,
-                "lrpe::softmax_attention_lse: q, k, v and out must have the same scalar type");
-  detail::require_softmax_types<T, Encoding, Reweight>();
-  detail::validate_softmax(q, k, v, out, encoding, options, where);
-  detail::require_equal(static_cast<index_t>(lse.size()), q.rows, where, "lse.size()", "q.rows");
-  if (q.rows == 0) return;
-  detail::run_softmax(q, k, v, out, lse.data(), encoding, options,
-                      detail::softmax_scale<T>(encoding, options, q.cols, where), backend);
+  detail::softmax_entry("lrpe::softmax_attention_lse", q_in, k_in, v_in, out_in, std::optional(lse), encoding,
+                        options, backend);
 }
 
 }  // namespace v0

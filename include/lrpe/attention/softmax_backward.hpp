@@ -32,6 +32,22 @@ inline namespace v0 {
 
 namespace detail {
 
+/// dq, dk, dv: valid views shaped as q, k, v (the outputs of every attention backward).
+template <class T>
+void require_gradient_shapes(const matrix_view<const T>& q, const matrix_view<const T>& k, const matrix_view<const T>& v,
+                             const matrix_view<T>& dq, const matrix_view<T>& dk, const matrix_view<T>& dv,
+                             const char* where) {
+  validate(dq, where, "dq");
+  validate(dk, where, "dk");
+  validate(dv, where, "dv");
+  require_equal(dq.rows, q.rows, where, "dq.rows", "q.rows");
+  require_equal(dq.cols, q.cols, where, "dq.cols", "q.cols");
+  require_equal(dk.rows, k.rows, where, "dk.rows", "k.rows");
+  require_equal(dk.cols, k.cols, where, "dk.cols", "k.cols");
+  require_equal(dv.rows, v.rows, where, "dv.rows", "v.rows");
+  require_equal(dv.cols, v.cols, where, "dv.cols", "v.cols");
+}
+
 /// Validates the backward's own arguments (the forward's are validated as by softmax_attention).
 template <class T>
 void validate_softmax_backward(const matrix_view<const T>& q, const matrix_view<const T>& k,
@@ -39,19 +55,11 @@ void validate_softmax_backward(const matrix_view<const T>& q, const matrix_view<
                                std::span<const T> lse, const matrix_view<T>& dq, const matrix_view<T>& dk,
                                const matrix_view<T>& dv, const char* where) {
   validate(d_out, where, "d_out");
-  validate(dq, where, "dq");
-  validate(dk, where, "dk");
-  validate(dv, where, "dv");
   require_equal(d_out.rows, q.rows, where, "d_out.rows", "q.rows");
   require_equal(d_out.cols, v.cols, where, "d_out.cols", "v.cols");
   require_shape(lse.empty() || static_cast<index_t>(lse.size()) == q.rows, where, "lse.size()",
                 lazy_concat("must be 0 (recomputed) or q.rows = ", q.rows), lse.size());
-  require_equal(dq.rows, q.rows, where, "dq.rows", "q.rows");
-  require_equal(dq.cols, q.cols, where, "dq.cols", "q.cols");
-  require_equal(dk.rows, k.rows, where, "dk.rows", "k.rows");
-  require_equal(dk.cols, k.cols, where, "dk.cols", "k.cols");
-  require_equal(dv.rows, v.rows, where, "dv.rows", "v.rows");
-  require_equal(dv.cols, v.cols, where, "dv.cols", "v.cols");
+  require_gradient_shapes(q, k, v, dq, dk, dv, where);
 }
 
 /// What `make_gradient()` of an encoding returns (`encoder_gradient` for encoders, a vector for
@@ -174,12 +182,7 @@ void softmax_attention_backward(const Q& q_in, const K& k_in, const V& v_in, con
   detail::validate_softmax(q, k, v, out_shape, encoding, options, where);
   detail::validate_softmax_backward(q, k, v, d_out, lse, dq, dk, dv, where);
   if constexpr (is_encoder) {
-    if (grad != nullptr) {
-      detail::require_equal(static_cast<index_t>(grad->p.size()), encoding.p_parameter_count(), where,
-                            "grad->p.size()", "encoding.p_parameter_count()");
-      detail::require_equal(static_cast<index_t>(grad->lambda.size()), encoding.lambda_parameter_count(), where,
-                            "grad->lambda.size()", "encoding.lambda_parameter_count()");
-    }
+    encoding.check_gradient(grad, where);
   } else if constexpr (backend::learnable_bias_v<backend::biased_logits<T, Encoding>>) {
     if (grad != nullptr)
       detail::require_equal(static_cast<index_t>(grad->size()), encoding.parameter_count(), where, "grad->size()",
@@ -232,14 +235,7 @@ void softmax_attention_lse(const heads_view<TQ>& q, const heads_view<TK>& k, con
                            const softmax_options<Reweight>& options = {}, Backend backend = {}) {
   constexpr const char* where = "lrpe::softmax_attention_lse (multi-head)";
   static_assert(!std::is_const_v<T>, "lrpe::softmax_attention_lse: out must be a mutable heads_view");
-  detail::validate_heads(q, where, "q");
-  detail::validate_heads(k, where, "k");
-  detail::validate_heads(v, where, "v");
-  detail::validate_heads(out, where, "out");
-  detail::require_kv_heads(q, k, where, "k");
-  detail::require_same_bh(k, v, where, "v");
-  detail::require_same_bh(q, out, where, "out");
-  detail::require_head_shapes(q, k, v, out, where);
+  detail::validate_attention_heads(q, k, v, out, where);
   detail::require_equal(static_cast<index_t>(lse.size()), q.batch * q.heads * q.seq, where, "lse.size()",
                         "q.batch * q.heads * q.seq");
   detail::check_head_encodings<std::remove_const_t<TQ>>(encodings, q.heads, q.dim, where);
