@@ -246,8 +246,8 @@ void fuzz(input& in) {
       const double scale = sopt.scale ? std::abs(*sopt.scale) : default_scale;
       const double logit_bound = scale * static_cast<double>(hd) * qm * km + bias_bound;
       if (logit_bound <= 1e4) {
-        for (const auto& o : sr)
-          for (std::size_t i = 0; i < o.out.size(); ++i)
+        for (const auto& o : sr)  // (the SIMD backend may reject a scale the reference takes)
+          for (std::size_t i = 0; i < o.out.size() && !o.threw; ++i)
             if (out.in_view[i])
               LRPE_FUZZ_CHECK(std::abs(static_cast<double>(o.out[i])) <= vm * (1 + 1e-3) + 1e-6,
                               "a softmax output is outside the range of the values (or not finite)");

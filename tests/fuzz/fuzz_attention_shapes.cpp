@@ -201,8 +201,8 @@ void fuzz(input& in) {
     require_padding_kept(out, sr, sentinel);
     // moderate logits: every row a convex combination of value rows (or zero), finite
     if (!poked && logit_bound <= 1e4) {
-      for (const auto& o : sr)
-        for (std::size_t i = 0; i < o.out.size(); ++i)
+      for (const auto& o : sr)  // (the SIMD backend may reject a scale the reference takes)
+        for (std::size_t i = 0; i < o.out.size() && !o.threw; ++i)
           if (out.in_view[i])
             LRPE_FUZZ_CHECK(std::abs(static_cast<double>(o.out[i])) <= value_bound * (1 + 1e-3) + 1e-6,
                             "a softmax output is outside the range of the values (or not finite)");
