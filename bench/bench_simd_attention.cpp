@@ -272,6 +272,44 @@ void softmax_simd(benchmark::State& state) {
   });
 }
 
+// Backward (issue 38): dQ, dK, dV of 8 heads from the forward's log-sum-exps, FlashAttention-2's
+// algorithm; `GFLOPs` counts its five n²·d products (2.5 × the forward's useful flops), and
+// `x_forward` is the call's time over the forward's (`softmax_attention_lse`, the median of 5
+// calls measured first in the same benchmark). Arg 2 = 0: the reference backend.
+void softmax_backward(benchmark::State& state) {
+  const index_t n = state.range(0);
+  const bool causal = state.range(1) != 0;
+  const bool simd = state.range(2) != 0;
+  inputs in(n);
+  buffer<T> d_out(in.q.size()), dq(in.q.size()), dk(in.q.size()), dv(in.q.size());
+  lrpe::generator g(2);
+  for (auto& x : d_out) x = static_cast<T>(g.normal());
+  std::vector<T> lse(static_cast<std::size_t>(heads * n));
+  const lrpe::softmax_options<> opt{.causal = causal};
+  const auto forward = [&] {
+    lrpe::softmax_attention_lse(in.view(in.q), in.view(in.k), in.view(in.v), in.view(in.out), std::span<T>(lse),
+                                lrpe::no_encoding{}, opt, lrpe::backend::simd<>{});
+  };
+  forward();
+  std::vector<double> fwd;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    forward();
+    fwd.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::ranges::sort(fwd);
+  const auto backward = [&](auto backend) {
+    lrpe::softmax_attention_backward(in.view(in.q), in.view(in.k), in.view(in.v), in.view(in.out), in.view(d_out),
+                                     std::span<const T>(lse), in.view(dq), in.view(dk), in.view(dv), lrpe::no_encoding{},
+                                     opt, {}, backend);
+  };
+  const double secs = run_timed(state, 2.5 * softmax_flops(n, causal), 1, [&] {
+    if (simd) backward(lrpe::backend::simd<>{});
+    else backward(lrpe::backend::reference{});
+  });
+  state.counters["x_forward"] = secs / fwd[2];
+}
+
 // Decode: one query row per head (position n − 1, causal) over a KV cache of n keys, 8 heads in
 // one multi-head call: arg 1 = 0 the reference backend, 1 the SIMD backend (its direct kernel:
 // K and V read once, unpacked). Memory-bound: `GBps` = the K and V bytes read per second,
@@ -553,6 +591,8 @@ BENCHMARK(softmax_simd_rope)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillise
 BENCHMARK(softmax_decode)->ArgsProduct({{512, 4096, 16384}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(softmax_decode_gqa)->ArgsProduct({{4096, 16384}, {0, 1, 2}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(softmax_simd_alibi)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(softmax_backward)->ArgsProduct({{512, 2048, 4096}, {0, 1}, {1}})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(softmax_backward)->ArgsProduct({{512}, {0, 1}, {0}})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(softmax_reference)->ArgsProduct({{512, 2048, 4096}, {0, 1}})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(softmax_eigen)->Arg(512)->Arg(2048)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 

@@ -4,7 +4,9 @@
 n in {512, 2048, 4096, 8192}, 1 and 2 threads) in PyTorch on the CPU.
 
 - softmax attention: torch.nn.functional.scaled_dot_product_attention (CPU flash kernel in a
-  current torch), causal and not; matmul-softmax-matmul where SDPA is missing;
+  current torch), causal and not; matmul-softmax-matmul where SDPA is missing; its backward
+  (1 thread, n <= 4096): forward + backward through autograd, minus the forward
+  (`softmax_backward`, `softmax_causal_backward`: the peer of the C++ `softmax_backward`);
 - RoPE: HF-style rotate_half with cached cos/sin, applied to Q and K;
 - linear attention: non-causal (K^T V then Q S) and chunked causal (chunk 64: intra-chunk
   masked QK^T V plus the inter-chunk state), identity feature map, no normalisation — the same
@@ -67,6 +69,13 @@ def softmax_attention(q, k, v, causal):
         n = q.shape[-2]
         s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
     return torch.softmax(s, dim=-1) @ v
+
+
+def softmax_forward_backward(q, k, v, d_out, causal):
+    """Forward and backward through SDPA (autograd): dQ, dK, dV of <out, d_out>."""
+    qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+    softmax_attention(qg, kg, vg, causal).backward(d_out)
+    return qg.grad, kg.grad, vg.grad
 
 
 def linear_noncausal(q, k, v):
@@ -142,6 +151,17 @@ def main():
                     t = timed(fn, args.reps if n <= 4096 else max(1, args.reps // 2))
                 records.append({"kernel": name, "n": n, "threads": threads, "seconds": t})
                 print(f"{name:16s} n={n:5d} threads={threads}: {t * 1e3:9.2f} ms", flush=True)
+            if threads == 1 and n <= 4096:
+                # the C++ softmax_backward's peer: SDPA forward + backward, minus the forward above
+                d_out = torch.randn(1, H, n, D)
+                for causal in (False, True):
+                    name = "softmax_causal" if causal else "softmax"
+                    fwd = next(r["seconds"] for r in records if r["kernel"] == name and r["n"] == n and r["threads"] == 1)
+                    t = timed(lambda: softmax_forward_backward(q, k, v, d_out, causal), args.reps)
+                    records.append({"kernel": name + "_fwd_bwd", "n": n, "threads": 1, "seconds": t})
+                    records.append({"kernel": name + "_backward", "n": n, "threads": 1, "seconds": t - fwd})
+                    print(f"{name + '_backward':16s} n={n:5d} threads=1: {(t - fwd) * 1e3:9.2f} ms "
+                          f"(forward + backward {t * 1e3:.2f} ms)", flush=True)
     torch.set_num_threads(1)
     decoders = {"linear_decode_eager": decode_step}
     try:

@@ -130,3 +130,162 @@ TEST_CASE_TEMPLATE("softmax and linear attention backward on the SIMD backend ==
   CHECK(diff(dv2, dv1) <= kernel_vs_kernel<T>());
   CHECK(vec_diff(g4.lambda, g3.lambda) <= kernel_vs_kernel<T>());
 }
+
+namespace {
+
+/**
+ * Per parameter of an additive encoding, the size of its gradient's terms: Σ_st |∂b_st/∂θ_j|·
+ * P_st (|dP_st| + |D_s|) in double (each dS_st = P_st (dP_st − D_s) is rounded relative to
+ * that size). The partial derivatives of ALiBi's slope, T5's and Toeplitz tables' entries keep
+ * one sign per parameter, so accumulating these nonnegative weights gives the sum of sizes.
+ */
+template <class T, class Enc>
+std::vector<double> bias_terms(const rm<T>& q, const rm<T>& k, const rm<T>& v, const rm<T>& d_out, const Enc& enc,
+                               const lrpe::softmax_options<>& opt, const std::vector<T>& lse) {
+  const double scale = lrpe::detail::softmax_scale<T>(enc, opt, q.cols(), "test");
+  std::vector<double> terms(static_cast<std::size_t>(enc.parameter_count()), 0.0), prob(static_cast<std::size_t>(k.rows()));
+  for (index_t i = 0; i < q.rows(); ++i) {
+    const position_t s = opt.q_positions[i];
+    const auto visible = [&](index_t j) { return !opt.causal || opt.k_positions[j] <= s; };
+    Eigen::VectorXd o = Eigen::VectorXd::Zero(v.cols());
+    for (index_t j = 0; j < k.rows(); ++j) {
+      const double logit = scale * q.row(i).template cast<double>().dot(k.row(j).template cast<double>()) +
+                           enc.bias(s, opt.k_positions[j]);
+      prob[static_cast<std::size_t>(j)] =
+          visible(j) ? std::exp(logit - static_cast<double>(lse[static_cast<std::size_t>(i)])) : 0.0;
+      o += prob[static_cast<std::size_t>(j)] * v.row(j).template cast<double>().transpose();
+    }
+    const double delta = d_out.row(i).template cast<double>().dot(o.transpose());
+    for (index_t j = 0; j < k.rows(); ++j) {
+      if (!visible(j)) continue;
+      const double dp = d_out.row(i).template cast<double>().dot(v.row(j).template cast<double>());
+      enc.accumulate_bias_gradient(s, opt.k_positions[j], prob[static_cast<std::size_t>(j)] * (std::abs(dp) + std::abs(delta)),
+                                   terms.data());
+    }
+  }
+  for (auto& x : terms) x = std::abs(x);
+  return terms;
+}
+
+/// The softmax backward of one shape on the reference and on `backend`: the largest difference
+/// of dQ, dK, dV and of the encoding's parameter gradient (when it has one), with and without
+/// the forward's log-sum-exps.
+template <class T, class Enc, class Backend>
+double softmax_backward_case(const shape& s, const Enc& enc, std::uint64_t seed, Backend backend) {
+  lrpe::generator g(seed);
+  const rm<T> q = random_matrix<T>(g, s.nq, s.d), k = random_matrix<T>(g, s.nk, s.d), v = random_matrix<T>(g, s.nk, s.dv);
+  const rm<T> d_out = random_matrix<T>(g, s.nq, s.dv);
+  const auto qp = sorted_positions(g, s.nq, s.q_offset), kp = sorted_positions(g, s.nk, s.k_offset);
+  lrpe::softmax_options<> opt;
+  opt.causal = s.causal;
+  if (s.arrays) {
+    opt.q_positions = lrpe::positions(std::span<const position_t>(qp));
+    opt.k_positions = lrpe::positions(std::span<const position_t>(kp));
+  } else {
+    opt.q_positions = s.q_offset;
+    opt.k_positions = s.k_offset;
+  }
+  rm<T> out(s.nq, s.dv);
+  std::vector<T> lse(static_cast<std::size_t>(s.nq));
+  lrpe::softmax_attention_lse(q, k, v, out, std::span<T>(lse), enc, opt);
+  double worst = 0;
+  for (const bool given : {true, false}) {
+    const std::span<const T> l = given ? std::span<const T>(lse) : std::span<const T>();
+    rm<T> dq1(s.nq, s.d), dk1(s.nk, s.d), dv1(s.nk, s.dv), dq2 = dq1, dk2 = dk1, dv2 = dv1;
+    dq2.setConstant(T(7));
+    dk2.setConstant(T(7));
+    dv2.setConstant(T(7));
+    if constexpr (std::is_same_v<Enc, lrpe::no_encoding>) {
+      lrpe::softmax_attention_backward(q, k, v, out, d_out, l, dq1, dk1, dv1, enc, opt);
+      lrpe::softmax_attention_backward(q, k, v, out, d_out, l, dq2, dk2, dv2, enc, opt, nullptr, backend);
+    } else {
+      auto g1 = enc.make_gradient(), g2 = enc.make_gradient();
+      lrpe::softmax_attention_backward(q, k, v, out, d_out, l, dq1, dk1, dv1, enc, opt, &g1);
+      lrpe::softmax_attention_backward(q, k, v, out, d_out, l, dq2, dk2, dv2, enc, opt, &g2, backend);
+      if constexpr (requires { g1.lambda; }) {
+        worst = std::max(worst, vec_diff(g2.lambda, g1.lambda));
+      } else {  // a bias's parameters: within the rounding of their terms' sizes
+        const std::vector<double> terms = bias_terms(q, k, v, d_out, enc, opt, lse);
+        for (std::size_t j = 0; j < g1.size(); ++j)
+          worst = std::max(worst, std::abs(g2[j] - g1[j]) / (1 + terms[j]));
+      }
+    }
+    worst = std::max({worst, diff(dq2, dq1), diff(dk2, dk1), diff(dv2, dv1)});
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("SIMD softmax backward == reference: shapes, causal, offsets and arrays, lse given or recomputed",
+                   T, float, double) {
+  for (const shape& s : shapes(77, 14)) {
+    SHAPE_INFO(s);
+    CHECK(softmax_backward_case<T>(s, lrpe::no_encoding{}, 5, lrpe::backend::simd<>{}) <= kernel_vs_kernel<T>());
+  }
+}
+
+TEST_CASE_TEMPLATE("SIMD softmax backward == reference: ALiBi's slope, T5's table, RoPE's θ", T, float, double) {
+  for (const shape& s : shapes(78, 4)) {
+    SHAPE_INFO(s);
+    const lrpe::canonical::alibi<T> alibi(s.d, {0.25});
+    lrpe::canonical::t5_buckets cfg;
+    cfg.num_buckets = 8;
+    cfg.max_distance = 40;
+    cfg.bidirectional = !s.causal;
+    lrpe::generator g(9);
+    const lrpe::canonical::t5_bias<T> t5(s.d, cfg, random_matrix<T>(g, 1, 8));
+    CHECK(softmax_backward_case<T>(s, alibi, 6, lrpe::backend::simd<>{}) <= kernel_vs_kernel<T>());
+    CHECK(softmax_backward_case<T>(s, t5, 7, lrpe::backend::simd<>{}) <= kernel_vs_kernel<T>());
+    if (s.d % 2 == 0)
+      CHECK(softmax_backward_case<T>(s, lrpe::rope_neox<T>(s.d), 8, lrpe::backend::simd<>{}) <= kernel_vs_kernel<T>());
+  }
+}
+
+TEST_CASE("SIMD softmax backward: the pool's gradients equal one thread's bit for bit") {
+  using T = float;
+  const lrpe::index_t nq = 300, nk = 700, d = 32, dv = 24;
+  lrpe::generator g(12);
+  const rm<T> q = random_matrix<T>(g, nq, d), k = random_matrix<T>(g, nk, d), v = random_matrix<T>(g, nk, dv);
+  const rm<T> d_out = random_matrix<T>(g, nq, dv);
+  for (const bool causal : {false, true}) {
+    lrpe::softmax_options<> opt;
+    opt.causal = causal;
+    opt.q_positions = nk - nq;
+    rm<T> out(nq, dv), dq1(nq, d), dk1(nk, d), dv1(nk, dv), dq2 = dq1, dk2 = dk1, dv2 = dv1;
+    lrpe::softmax_attention(q, k, v, out, lrpe::no_encoding{}, opt);
+    lrpe::backend::simd_threads pool(2);
+    lrpe::softmax_attention_backward(q, k, v, out, d_out, {}, dq1, dk1, dv1, lrpe::no_encoding{}, opt, nullptr,
+                                     lrpe::backend::simd<>{});
+    lrpe::softmax_attention_backward(q, k, v, out, d_out, {}, dq2, dk2, dv2, lrpe::no_encoding{}, opt, nullptr,
+                                     lrpe::backend::simd_policy<>{&pool});
+    CHECK(dq1 == dq2);
+    CHECK(dk1 == dk2);
+    CHECK(dv1 == dv2);
+  }
+}
+
+TEST_CASE("SIMD softmax backward: masked keys' non-finite values reach no gradient; rows that see nothing are 0") {
+  using T = float;
+  const lrpe::index_t n = 100, d = 16;
+  lrpe::generator g(13);
+  const rm<T> q = random_matrix<T>(g, n, d), k = random_matrix<T>(g, n, d), v = random_matrix<T>(g, n, d);
+  const rm<T> d_out = random_matrix<T>(g, n, d);
+  rm<T> k_bad = k, v_bad = v;  // key 99: after every query, in a key tile with seen keys
+  k_bad(n - 1, 3) = std::numeric_limits<T>::infinity();
+  v_bad(n - 1, 2) = std::numeric_limits<T>::quiet_NaN();
+  lrpe::softmax_options<> opt;
+  opt.causal = true;
+  opt.q_positions = -20;  // queries −20 … 79: the first 20 see no key, none sees key 99
+  rm<T> out(n, d), dq1(n, d), dk1(n, d), dv1(n, d), dq2 = dq1, dk2 = dk1, dv2 = dv1;
+  lrpe::softmax_attention(q, k, v, out, lrpe::no_encoding{}, opt);
+  lrpe::softmax_attention_backward(q, k, v, out, d_out, {}, dq1, dk1, dv1, lrpe::no_encoding{}, opt);
+  lrpe::softmax_attention_backward(q, k_bad, v_bad, out, d_out, {}, dq2, dk2, dv2, lrpe::no_encoding{}, opt, nullptr,
+                                   lrpe::backend::simd<>{});
+  CHECK(diff(dq2, dq1) <= kernel_vs_kernel<T>());
+  CHECK(diff(dk2, dk1) <= kernel_vs_kernel<T>());
+  CHECK(diff(dv2, dv1) <= kernel_vs_kernel<T>());
+  CHECK(dq2.topRows(20).cwiseAbs().maxCoeff() == T(0));
+  CHECK(dk2.bottomRows(20).cwiseAbs().maxCoeff() == T(0));  // keys 80 … 99: no query sees them
+  CHECK(dv2.bottomRows(20).cwiseAbs().maxCoeff() == T(0));
+}

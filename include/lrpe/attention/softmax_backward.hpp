@@ -139,8 +139,8 @@ using encoding_gradient_t = detail::gradient_t<Encoding>;
  * @param encoding, options  as given to the forward (same positions, causal, scale, reweighting).
  * @param grad      null, or `encoding.make_gradient()`-shaped: an `encoder_gradient` for an
  *                  `lrpe::encoder`, a vector for a learnable additive encoding (added to).
- * @param backend   a backend with `softmax_backward_kernel` (the reference; `simd<A>` runs the
- *                  reference kernel).
+ * @param backend   a backend with `softmax_backward_kernel` (the reference; `simd<A>` and
+ *                  `simd_policy<A>` run their own kernel, backend/simd/softmax_backward.hpp).
  *
  * A query row with no visible key contributes nothing. Scratch: O(tile²) plus, for encoders,
  * the encoded Q and K and their gradients (O(n·d)).
@@ -299,10 +299,12 @@ void softmax_attention_backward(const heads_view<TQ>& q, const heads_view<TK>& k
                         grads.size());
   detail::check_head_encodings<std::remove_const_t<TQ>>(encodings, q.heads, q.dim, where);
   using S = std::remove_const_t<TQ>;
-  // dk, dv sum over a group's query heads: each head's own into scratch, then added
-  row_matrix<S> dk_head(k.seq, k.dim), dv_head(v.seq, v.dim);
+  // grouped-query: dk, dv sum over a group's query heads, each head's own into scratch, then
+  // added (without groups each head writes its own dk, dv: no scratch)
+  const bool grouped = k.heads != q.heads;
+  row_matrix<S> dk_head(grouped ? k.seq : 0, k.dim), dv_head(grouped ? v.seq : 0, v.dim);
   for (index_t b = 0; b < q.batch; ++b) {
-    for (index_t hk = 0; hk < k.heads; ++hk) {
+    for (index_t hk = 0; hk < k.heads && grouped; ++hk) {
       for (auto* m : {&dk, &dv}) {
         const auto head = m->head(b, hk);
         for (index_t i = 0; i < head.rows; ++i) std::fill(head.row(i), head.row(i) + head.cols, S(0));
@@ -318,8 +320,10 @@ void softmax_attention_backward(const heads_view<TQ>& q, const heads_view<TK>& k
                                                             static_cast<std::size_t>(q.seq));
       softmax_attention_backward(detail::as_const_heads(q).head(b, h), detail::as_const_heads(k).head(b, hk),
                                  detail::as_const_heads(v).head(b, hk), detail::as_const_heads(out).head(b, h),
-                                 detail::as_const_heads(d_out).head(b, h), head_lse, dq.head(b, h), view(dk_head), view(dv_head),
+                                 detail::as_const_heads(d_out).head(b, h), head_lse, dq.head(b, h),
+                                 grouped ? view(dk_head) : dk.head(b, hk), grouped ? view(dv_head) : dv.head(b, hk),
                                  detail::head_encoding(encodings, h, q.heads, where), head_options, grad, backend);
+      if (!grouped) continue;
       const auto dk_out = dk.head(b, hk), dv_out = dv.head(b, hk);
       for (index_t i = 0; i < k.seq; ++i)
         for (index_t j = 0; j < k.dim; ++j) dk_out.row(i)[j] += dk_head(i, j);

@@ -35,7 +35,6 @@
 
 #include <lrpe/attention/backend_interface.hpp>
 #include <lrpe/backend/reference/softmax.hpp>
-#include <lrpe/backend/reference/softmax_backward.hpp>
 #include <lrpe/backend/simd/detail/exp2.hpp>
 #include <lrpe/backend/simd/detail/micro_kernels.hpp>
 #include <lrpe/backend/simd/detail/prefetch.hpp>
@@ -682,13 +681,6 @@ void softmax_kernel(const B& b, const softmax_problem<T>& p, const biased_logits
 template <simd_backend B, class T, class Logits, class ValueTerm, class Reweight>
 void softmax_kernel(const B&, const softmax_problem<T>& p, const Logits& l, const ValueTerm& v, const Reweight& c) {
   softmax_kernel(reference{}, p, l, v, c);
-}
-
-/// The backward: the reference kernel, until a SIMD one is written (docs/training.md).
-template <simd_backend B, class T, class Logits, class Reweight>
-void softmax_backward_kernel(const B&, const softmax_backward_problem<T>& p, const dot_logits<T>& content,
-                             const Logits& l, const Reweight& c) {
-  softmax_backward_kernel(reference{}, p, content, l, c);
 }
 
 /// Encoded Q and K of linearizable encodings live in the (reused) workspace.

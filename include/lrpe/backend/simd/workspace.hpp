@@ -48,6 +48,9 @@ class simd_workspace {
     encode_table,  ///< simd_encoder: the per-position table of one block of positions
     encode_rows,   ///< simd_encoder: P's output rows of a fused chain's sub-block, or the Type 8 FFT's scratch
     encode_table_bytes,  ///< simd_encoder: the permutation powers' table rows in bytes (AVX2)
+    grad_rows,   ///< softmax backward: Q, dO and K as padded rows, the rows' base-2 lse and D
+    grad_dq,     ///< softmax backward: the key-tile groups' partial dQ
+    grad_tile,   ///< softmax backward: S/P, dP/dS of one tile pair, dK and dV of one key tile (per thread)
     slot_count
   };
 

@@ -41,6 +41,14 @@ inline constexpr index_t softmax_direct_max_rows = 8;
  */
 inline constexpr std::size_t softmax_direct_prefetch_bytes = std::size_t(1) << 20;
 
+/**
+ * The softmax backward splits the key tiles into this many interleaved groups (tiles g, g + G,
+ * …), each summing its own partial dQ, added in group order at the end: the pool's threads take
+ * whole groups, so dQ is the same bit for bit on any number of threads, and causal work (early
+ * key tiles see the most queries) spreads evenly. Memory: G partial dQs of n_q × d.
+ */
+inline constexpr index_t softmax_backward_groups = 8;
+
 // ---- linear attention and the encoder features (linear.hpp)
 
 /// Keys per K̃ᵀV block of `accumulate_keys`. Its micro-kernel sweeps the block once per 6×2W
