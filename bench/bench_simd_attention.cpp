@@ -310,6 +310,44 @@ void softmax_backward(benchmark::State& state) {
   state.counters["x_forward"] = secs / fwd[2];
 }
 
+// Causal linear attention backward (issue 38): dQ, dK, dV of 8 heads (one call per head),
+// identity features, no encoding, no normalisation, chunk 64, as `linear_simd`; `x_forward` =
+// its time over the multi-head forward's (the median of 5 calls measured first in the same
+// benchmark); `GFLOPs` counts 3 × the forward's useful flops. Arg 1 = 0: the reference backend.
+void linear_backward(benchmark::State& state) {
+  const index_t n = state.range(0);
+  const bool simd = state.range(1) != 0;
+  inputs in(n);
+  buffer<T> d_out(in.q.size()), dq(in.q.size()), dk(in.q.size()), dv(in.q.size());
+  lrpe::generator g(3);
+  for (auto& x : d_out) x = static_cast<T>(g.normal());
+  const lrpe::linear_options opt{.causal = true, .chunk = 64};
+  const lrpe::feature_maps::identity phi;
+  const auto forward = [&] {
+    lrpe::linear_attention(in.view(in.q), in.view(in.k), in.view(in.v), in.view(in.out), lrpe::no_encoding{}, phi, opt,
+                           lrpe::backend::simd<>{});
+  };
+  forward();
+  std::vector<double> fwd;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    forward();
+    fwd.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::ranges::sort(fwd);
+  const auto backward = [&](auto backend) {
+    for (index_t h = 0; h < heads; ++h)
+      lrpe::linear_attention_backward(in.view(in.q).head(0, h), in.view(in.k).head(0, h), in.view(in.v).head(0, h),
+                                      in.view(d_out).head(0, h), in.view(dq).head(0, h), in.view(dk).head(0, h),
+                                      in.view(dv).head(0, h), lrpe::no_encoding{}, phi, opt, nullptr, backend);
+  };
+  const double secs = run_timed(state, 3 * linear_flops(n), 1, [&] {
+    if (simd) backward(lrpe::backend::simd<>{});
+    else backward(lrpe::backend::reference{});
+  });
+  state.counters["x_forward"] = secs / fwd[2];
+}
+
 // Decode: one query row per head (position n − 1, causal) over a KV cache of n keys, 8 heads in
 // one multi-head call: arg 1 = 0 the reference backend, 1 the SIMD backend (its direct kernel:
 // K and V read once, unpacked). Memory-bound: `GBps` = the K and V bytes read per second,
@@ -604,6 +642,8 @@ BENCHMARK(linear_simd_layout)->ArgsProduct({{2048, 4096, 8192}, {0, 1}, {0, 1}})
 BENCHMARK(linear_simd_rope)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(linear_simd_rope_features_first)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(linear_decode)->Arg(0)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(linear_backward)->ArgsProduct({{2048, 8192}, {1}})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(linear_backward)->Args({2048, 0})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(linear_reference)->ArgsProduct({{512, 2048, 4096, 8192}, {0, 1}})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

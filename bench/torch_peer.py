@@ -7,6 +7,8 @@ n in {512, 2048, 4096, 8192}, 1 and 2 threads) in PyTorch on the CPU.
   current torch), causal and not; matmul-softmax-matmul where SDPA is missing; its backward
   (1 thread, n <= 4096): forward + backward through autograd, minus the forward
   (`softmax_backward`, `softmax_causal_backward`: the peer of the C++ `softmax_backward`);
+- causal linear attention backward (1 thread, n in {2048, 8192}): autograd through the chunked
+  formula, minus its forward (`linear_causal_backward`, the peer of the C++ `linear_backward`);
 - RoPE: HF-style rotate_half with cached cos/sin, applied to Q and K;
 - linear attention: non-causal (K^T V then Q S) and chunked causal (chunk 64: intra-chunk
   masked QK^T V plus the inter-chunk state), identity feature map, no normalisation — the same
@@ -75,6 +77,13 @@ def softmax_forward_backward(q, k, v, d_out, causal):
     """Forward and backward through SDPA (autograd): dQ, dK, dV of <out, d_out>."""
     qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
     softmax_attention(qg, kg, vg, causal).backward(d_out)
+    return qg.grad, kg.grad, vg.grad
+
+
+def linear_causal_forward_backward(q, k, v, d_out):
+    """Forward and backward through the chunked causal formula (autograd): dQ, dK, dV."""
+    qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+    linear_causal_chunked(qg, kg, vg).backward(d_out)
     return qg.grad, kg.grad, vg.grad
 
 
@@ -162,6 +171,14 @@ def main():
                     records.append({"kernel": name + "_backward", "n": n, "threads": 1, "seconds": t - fwd})
                     print(f"{name + '_backward':16s} n={n:5d} threads=1: {(t - fwd) * 1e3:9.2f} ms "
                           f"(forward + backward {t * 1e3:.2f} ms)", flush=True)
+            if threads == 1 and n in (2048, 8192):
+                # the C++ linear_backward's peer: autograd through the chunked formula, minus its forward
+                d_out = torch.randn(1, H, n, D)
+                fwd = next(r["seconds"] for r in records if r["kernel"] == "linear_causal" and r["n"] == n and r["threads"] == 1)
+                t = timed(lambda: linear_causal_forward_backward(q, k, v, d_out), args.reps)
+                records.append({"kernel": "linear_causal_backward", "n": n, "threads": 1, "seconds": t - fwd})
+                print(f"{'linear_causal_backward':16s} n={n:5d} threads=1: {(t - fwd) * 1e3:9.2f} ms "
+                      f"(forward + backward {t * 1e3:.2f} ms)", flush=True)
     torch.set_num_threads(1)
     decoders = {"linear_decode_eager": decode_step}
     try:

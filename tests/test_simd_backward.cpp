@@ -289,3 +289,88 @@ TEST_CASE("SIMD softmax backward: masked keys' non-finite values reach no gradie
   CHECK(dk2.bottomRows(20).cwiseAbs().maxCoeff() == T(0));  // keys 80 … 99: no query sees them
   CHECK(dv2.bottomRows(20).cwiseAbs().maxCoeff() == T(0));
 }
+
+namespace {
+
+struct linear_case {
+  index_t nq, nk, d, dv;
+  bool causal, normalised, with_state;
+  double decay;
+  index_t chunk;
+  position_t q0, k0;
+};
+
+/// The linear attention backward of one case (1+elu features, RoPE) on the reference and on
+/// the SIMD backend: the largest difference of dQ, dK, dV, dθ and the initial state's gradient.
+template <class T>
+double linear_backward_case(const linear_case& c, std::uint64_t seed) {
+  lrpe::generator g(seed);
+  const rm<T> q = random_matrix<T>(g, c.nq, c.d), k = random_matrix<T>(g, c.nk, c.d), v = random_matrix<T>(g, c.nk, c.dv);
+  const rm<T> d_out = random_matrix<T>(g, c.nq, c.dv);
+  const lrpe::rope_neox<T> enc(c.d);
+  const lrpe::feature_maps::elu_plus_one phi;
+  lrpe::linear_options opt;
+  opt.causal = c.causal;
+  opt.norm = c.normalised ? lrpe::normalisation::denominator : lrpe::normalisation::none;
+  opt.decay = c.decay;
+  opt.chunk = c.chunk;
+  opt.q_positions = c.q0;
+  opt.k_positions = c.k0;
+  lrpe::linear_attention_state<T> initial(c.d, c.dv, c.decay);
+  lrpe::linear_state_gradient<T> d_final(c.d, c.dv), di1, di2;
+  if (c.with_state) {
+    const rm<T> kb = random_matrix<T>(g, 3, c.d).array().abs() + T(0.5), vb = random_matrix<T>(g, 3, c.dv);
+    const std::vector<position_t> before{c.k0 - 5, c.k0 - 2, c.k0 - 1};
+    initial.append_block(kb, vb, before, 0);
+    d_final.kv = random_matrix<T>(g, c.d, c.dv);
+    d_final.k_sum = random_matrix<T>(g, 1, c.d).transpose();
+  }
+  rm<T> dq1(c.nq, c.d), dk1(c.nk, c.d), dv1(c.nk, c.dv), dq2 = dq1, dk2 = dk1, dv2 = dv1;
+  dq2.setConstant(T(7));
+  auto g1 = enc.make_gradient(), g2 = enc.make_gradient();
+  if (c.with_state) {
+    lrpe::linear_attention_backward(q, k, v, d_out, dq1, dk1, dv1, enc, phi, initial, &d_final, &di1, opt, &g1);
+    lrpe::linear_attention_backward(q, k, v, d_out, dq2, dk2, dv2, enc, phi, initial, &d_final, &di2, opt, &g2,
+                                    lrpe::backend::simd<>{});
+  } else {
+    lrpe::linear_attention_backward(q, k, v, d_out, dq1, dk1, dv1, enc, phi, opt, &g1);
+    lrpe::linear_attention_backward(q, k, v, d_out, dq2, dk2, dv2, enc, phi, opt, &g2, lrpe::backend::simd<>{});
+  }
+  double worst = std::max({diff(dq2, dq1), diff(dk2, dk1), diff(dv2, dv1), vec_diff(g2.lambda, g1.lambda)});
+  if (c.with_state) {
+    worst = std::max(worst, diff(di2.kv, di1.kv));
+    const rm<T> z1 = di1.k_sum.transpose(), z2 = di2.k_sum.transpose();
+    worst = std::max(worst, diff(z2, z1));
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("SIMD linear backward == reference: causal by chunks of 1, 7, 64 and n, decay, normalised, states",
+                   T, float, double) {
+  const index_t n = 150;
+  for (const index_t chunk : {index_t{1}, index_t{7}, index_t{64}, n})
+    for (const bool normalised : {false, true})
+      for (const double decay : {1.0, 0.95})
+        for (const bool with_state : {false, true}) {
+          const linear_case c{n, n, 16, 16, true, normalised, with_state, decay, chunk, 40, 40};
+          INFO("chunk=" << chunk << " normalised=" << normalised << " decay=" << decay << " state=" << with_state);
+          CHECK(linear_backward_case<T>(c, 21) <= kernel_vs_kernel<T>());
+        }
+}
+
+TEST_CASE_TEMPLATE("SIMD linear backward == reference: non-causal, cross-attention, widths off the vector width", T,
+                   float, double) {
+  const linear_case cases[] = {
+      {70, 90, 16, 8, false, false, false, 1.0, 64, 0, 0},  {70, 90, 12, 5, false, true, false, 1.0, 64, 0, 0},
+      {33, 100, 8, 24, true, false, true, 0.9, 16, 67, 0},  {33, 100, 10, 3, true, true, true, 1.0, 7, 60, 0},
+      {1, 1, 4, 4, true, true, true, 0.9, 64, 7, 7},        {64, 64, 64, 64, true, false, true, 0.99, 64, -3, -3},
+      {20, 30, 8, 8, true, false, true, 1.0, 64, 20, 0},  // queries past the last key: the reference path
+  };
+  for (const auto& c : cases) {
+    INFO("nq=" << c.nq << " nk=" << c.nk << " d=" << c.d << " dv=" << c.dv << " causal=" << c.causal
+               << " normalised=" << c.normalised << " q0=" << c.q0 << " k0=" << c.k0);
+    CHECK(linear_backward_case<T>(c, 22) <= kernel_vs_kernel<T>());
+  }
+}

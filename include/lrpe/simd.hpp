@@ -24,6 +24,7 @@
 #include <lrpe/backend/simd/softmax.hpp>
 #include <lrpe/backend/simd/softmax_backward.hpp>
 #include <lrpe/backend/simd/linear.hpp>
+#include <lrpe/backend/simd/linear_backward.hpp>
 #include <lrpe/backend/simd/precompiled.hpp>
 
 #include <lrpe/detail/warnings_pop.hpp>

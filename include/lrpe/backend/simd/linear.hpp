@@ -27,7 +27,6 @@
 
 #include <lrpe/attention/backend_interface.hpp>
 #include <lrpe/attention/state.hpp>
-#include <lrpe/backend/reference/linear_backward.hpp>
 #include <lrpe/backend/simd/encode.hpp>
 #include <lrpe/backend/simd/parallel.hpp>
 #include <lrpe/backend/simd/detail/micro_kernels.hpp>
@@ -1357,12 +1356,6 @@ bool linear_fused(const Encoding& encoding, const Phi& phi, const linear_problem
 template <simd_backend B, class T>
 void linear_kernel(const B& b, const linear_problem<T>& p, linear_attention_state<T>* state) {
   simd_detail::linear_simd<T, typename B::arch_type>(p, state, *simd_detail::resolve(b).ws);
-}
-
-/// The backward: the reference kernel, until a SIMD one is written (docs/training.md).
-template <simd_backend B, class T>
-void linear_backward_kernel(const B&, const linear_backward_problem<T>& p) {
-  linear_backward_kernel(reference{}, p);
 }
 
 /// Causal linear attention with the features computed chunk by chunk inside the kernel (see
