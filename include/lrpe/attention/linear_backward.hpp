@@ -126,10 +126,12 @@ auto linear_backward_views(const Q& q_in, const K& k_in, const V& v_in, const DO
  * @param q, k, v   the forward's inputs; @param d_out dL/dO (n_q×d_v).
  * @param dq, dk, dv outputs shaped as q, k, v; must not overlap the inputs.
  * @param encoding  `no_encoding{}` or any `lrpe::encoder`; @param phi a `differentiable_feature_map`.
- * @param options   the forward's (causal, normalisation, eps, decay, positions; chunk is unused).
+ * @param options   the forward's (causal, normalisation, eps, decay, positions; chunk: the SIMD
+ *                  kernel's, as in the forward).
  *
  * The reference kernel works pair by pair (O(n_q·n_k·(d_f + d_v)) time, O(n·d_f) memory); the
- * SIMD tags run it. At a normalised row whose denominator is at or below eps the output is
+ * SIMD tags run three passes of their forward kernel by chunks (backend/simd/linear_backward.hpp;
+ * position arrays: the reference kernel). At a normalised row whose denominator is at or below eps the output is
  * num/eps, whose gradient does not reach the denominator.
  * @throws as `linear_attention`, and shape_error for dq, dk, dv or grad of the wrong shape.
  */
