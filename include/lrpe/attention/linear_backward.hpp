@@ -26,7 +26,9 @@ inline namespace v0 {
 namespace detail {
 
 /// The backward on validated views: φ and the features, the kernel, then the encoder's and
-/// φ's backward. `initial`, `d_final`, `d_initial`: see `backend::linear_backward_problem`.
+/// φ's backward, each through the backend's hooks (features, kernel, `encode_backward`). The
+/// features live in the backend's feature scratch; the kernel writes dφ(x) straight into dq and
+/// dk without an encoder. `initial`, `d_final`, `d_initial`: see `backend::linear_backward_problem`.
 template <class T, class Encoding, class Phi, class Backend>
 void run_linear_backward(const matrix_view<const T>& q, const matrix_view<const T>& k, const matrix_view<const T>& v,
                          const matrix_view<const T>& d_out, const matrix_view<T>& dq, const matrix_view<T>& dk,
@@ -36,9 +38,8 @@ void run_linear_backward(const matrix_view<const T>& q, const matrix_view<const 
                          encoder_gradient* grad, Backend backend) {
   constexpr bool is_encoder = lrpe_encoder<Encoding>;
   const index_t d = q.cols;
-  row_matrix<T> phi_q(q.rows, d), phi_k(k.rows, d);
-  for (index_t i = 0; i < q.rows; ++i) apply_feature_map(phi, q.row(i), phi_q.row(i).data(), d);
-  for (index_t i = 0; i < k.rows; ++i) apply_feature_map(phi, k.row(i), phi_k.row(i).data(), d);
+  using backend::call_guard;
+  [[maybe_unused]] const auto guard = call_guard(backend);  // e.g. a pool's shared workspace
   // Without a state on either side, the features are taken at positions shifted by the first
   // query's (or key's): the outputs depend on differences only, and dL/dθ's sums over rows
   // then stay at the call's span (softmax_attention_backward says why). A state holds
@@ -52,32 +53,40 @@ void run_linear_backward(const matrix_view<const T>& q, const matrix_view<const 
     if constexpr (is_encoder) return encoding.feature_dim();
     else return d;
   }();
-  row_matrix<T> qf(q.rows, f), kf(k.rows, f), dqf(q.rows, f), dkf(k.rows, f);
+  using backend::acquire_feature_scratch;
+  backend::feature_scratch<T> fs;
+  acquire_feature_scratch(backend, fs, q.rows, k.rows, f);
+  row_matrix<T> phi_q, phi_k, dqf, dkf;  // an encoder's input φ(x) and its features' gradients
   if constexpr (is_encoder) {
-    encoding.encode(view(std::as_const(phi_q)), qp, view(qf));
-    encoding.encode(view(std::as_const(phi_k)), kp, view(kf));
+    phi_q.resize(q.rows, d);
+    phi_k.resize(k.rows, d);
+    for (index_t i = 0; i < q.rows; ++i) apply_feature_map(phi, q.row(i), phi_q.row(i).data(), d);
+    for (index_t i = 0; i < k.rows; ++i) apply_feature_map(phi, k.row(i), phi_k.row(i).data(), d);
+    using backend::encode_features_kernel;
+    encode_features_kernel(backend, encoding, canonical::side::query, view(std::as_const(phi_q)), qp, fs.q);
+    encode_features_kernel(backend, encoding, canonical::side::key, view(std::as_const(phi_k)), kp, fs.k);
+    dqf.resize(q.rows, f);
+    dkf.resize(k.rows, f);
   } else {
-    qf = phi_q;
-    kf = phi_k;
+    using backend::linear_features_kernel;
+    linear_features_kernel(backend, encoding, phi, q, qp, canonical::side::query, fs.q);
+    linear_features_kernel(backend, encoding, phi, k, kp, canonical::side::key, fs.k);
   }
-  backend::linear_problem<T> forward{view(std::as_const(qf)), view(std::as_const(kf)), v, matrix_view<T>{},
+  backend::linear_problem<T> forward{matrix_view<const T>(fs.q), matrix_view<const T>(fs.k), v, matrix_view<T>{},
                                      options.q_positions, options.k_positions, options.causal, options.norm,
                                      options.eps, options.chunk};
-  backend::linear_backward_problem<T> problem{forward,  d_out,     options.decay, initial, d_final,
-                                              d_initial, view(dqf), view(dkf),     dv};
+  backend::linear_backward_problem<T> problem{forward,   d_out, options.decay, initial, d_final, d_initial,
+                                              is_encoder ? view(dqf) : dq, is_encoder ? view(dkf) : dk, dv};
   using backend::linear_backward_kernel;
   linear_backward_kernel(backend, problem);
-  if constexpr (is_encoder) {  // dφ(x) = encoder backward of the features' gradient, in place
-    encoding.backward(view(std::as_const(phi_q)), qp, view(std::as_const(dqf)), view(phi_q), grad);
-    encoding.backward(view(std::as_const(phi_k)), kp, view(std::as_const(dkf)), view(phi_k), grad);
-  } else {
-    phi_q = dqf;
-    phi_k = dkf;
+  if constexpr (is_encoder) {  // dφ(x) = the encoder's backward of the features' gradient
+    encode_backward(backend, encoding, view(std::as_const(phi_q)), qp, view(std::as_const(dqf)), dq, grad);
+    encode_backward(backend, encoding, view(std::as_const(phi_k)), kp, view(std::as_const(dkf)), dk, grad);
   }
   for (index_t i = 0; i < q.rows; ++i)
-    for (index_t j = 0; j < d; ++j) dq.row(i)[j] = phi_q(i, j) * static_cast<T>(phi.derivative(q.row(i)[j]));
+    for (index_t j = 0; j < d; ++j) dq.row(i)[j] *= static_cast<T>(phi.derivative(q.row(i)[j]));
   for (index_t i = 0; i < k.rows; ++i)
-    for (index_t j = 0; j < d; ++j) dk.row(i)[j] = phi_k(i, j) * static_cast<T>(phi.derivative(k.row(i)[j]));
+    for (index_t j = 0; j < d; ++j) dk.row(i)[j] *= static_cast<T>(phi.derivative(k.row(i)[j]));
 }
 
 /// The checks of the backward beyond the forward's: the outputs' shapes, the encoding, φ, and grad.

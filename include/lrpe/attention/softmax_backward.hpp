@@ -106,17 +106,20 @@ void softmax_backward_encoded(const matrix_view<const T>& q, const matrix_view<c
   const positions qp = shifted(options.q_positions, q.rows, centre, q_shifted);
   const positions kp = shifted(options.k_positions, k.rows, centre, k_shifted);
   const index_t f = encoding.feature_dim();
-  row_matrix<T> qf(q.rows, f), kf(k.rows, f), dqf(q.rows, f), dkf(k.rows, f);
+  using backend::acquire_feature_scratch;
+  backend::feature_scratch<T> fs;  // (the backend's reused memory, where it has some)
+  acquire_feature_scratch(backend, fs, q.rows, k.rows, f);
+  row_matrix<T> dqf(q.rows, f), dkf(k.rows, f);
   using backend::encode_features_kernel;
-  encode_features_kernel(backend, encoding, canonical::side::query, q, qp, view(qf));
-  encode_features_kernel(backend, encoding, canonical::side::key, k, kp, view(kf));
+  encode_features_kernel(backend, encoding, canonical::side::query, q, qp, fs.q);
+  encode_features_kernel(backend, encoding, canonical::side::key, k, kp, fs.k);
   problem.da = view(dqf);
   problem.db = view(dkf);
-  const backend::dot_logits<T> content{view(std::as_const(qf)), view(std::as_const(kf)), scale};
+  const backend::dot_logits<T> content{matrix_view<const T>(fs.q), matrix_view<const T>(fs.k), scale};
   using backend::softmax_backward_kernel;
   softmax_backward_kernel(backend, problem, content, content, options.reweight);
-  encoding.backward(q, qp, view(std::as_const(dqf)), dq, grad);
-  encoding.backward(k, kp, view(std::as_const(dkf)), dk, grad);
+  encode_backward(backend, encoding, q, qp, view(std::as_const(dqf)), dq, grad);
+  encode_backward(backend, encoding, k, kp, view(std::as_const(dkf)), dk, grad);
 }
 
 }  // namespace detail
