@@ -188,6 +188,8 @@ void check_case(const setup& c, const Encoding& encoding, const features_fn& fea
   opt.decay = c.decay;
   opt.q_positions = c.qp;
   opt.k_positions = c.kp;
+  double d_decay = 0.25;  // (added to)
+  opt.decay_gradient = &d_decay;
   lrpe::row_matrix<T> dq(c.nq, c.d), dk(c.nk, c.d), dv(c.nk, c.dv);
   lrpe::encoder_gradient grad;
   if constexpr (lrpe::lrpe_encoder<Encoding>) grad = encoding.make_gradient();
@@ -217,6 +219,14 @@ void check_case(const setup& c, const Encoding& encoding, const features_fn& fea
       lrpe::linear_attention_backward(q, k, v, d_out, dq, dk, dv, encoding, phi, opt, gp);
   });
   const auto loss = [&](const inputs& x) { return reference_loss(c, opt.eps, feat, x); };
+  {  // dL/dλ (0 without causality: no weight depends on λ)
+    const ld want = c.causal ? derivative({c.decay}, 0, 1e-5, [&](const std::vector<double>& w) {
+      setup moved = c;
+      moved.decay = w[0];
+      return reference_loss(moved, opt.eps, feat, in);
+    }) : ld(0);
+    CHECK(relative_error({d_decay - 0.25}, {want}) <= tolerance<T>());
+  }
   CHECK(relative_error(flat(dq), input_gradient(in, &inputs::q, loss)) <= tolerance<T>());
   CHECK(relative_error(flat(dk), input_gradient(in, &inputs::k, loss)) <= tolerance<T>());
   if (c.with_state) {

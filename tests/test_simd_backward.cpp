@@ -374,3 +374,23 @@ TEST_CASE_TEMPLATE("SIMD linear backward == reference: non-causal, cross-attenti
     CHECK(linear_backward_case<T>(c, 22) <= kernel_vs_kernel<T>());
   }
 }
+
+TEST_CASE("SIMD linear backward: a learned decay's gradient (options.decay_gradient) as the reference's") {
+  using T = double;
+  const index_t n = 40, d = 8;
+  lrpe::generator g(23);
+  const rm<T> q = random_matrix<T>(g, n, d), k = random_matrix<T>(g, n, d), v = random_matrix<T>(g, n, d);
+  const rm<T> d_out = random_matrix<T>(g, n, d);
+  const lrpe::feature_maps::elu_plus_one phi;
+  double dl1 = 0, dl2 = 0;
+  lrpe::linear_options opt{.causal = true, .decay = 0.9};
+  rm<T> dq1(n, d), dk1(n, d), dv1(n, d), dq2 = dq1, dk2 = dk1, dv2 = dv1;
+  opt.decay_gradient = &dl1;
+  lrpe::linear_attention_backward(q, k, v, d_out, dq1, dk1, dv1, lrpe::no_encoding{}, phi, opt);
+  opt.decay_gradient = &dl2;
+  lrpe::linear_attention_backward(q, k, v, d_out, dq2, dk2, dv2, lrpe::no_encoding{}, phi, opt, nullptr,
+                                  lrpe::backend::simd<>{});
+  CHECK(dl1 != 0);
+  CHECK(std::abs(dl2 - dl1) <= kernel_vs_kernel<T>() * (1 + std::abs(dl1)));
+  CHECK(diff(dq2, dq1) <= kernel_vs_kernel<T>());
+}

@@ -288,6 +288,7 @@ struct linear_backward_problem {
   matrix_view<T> dqf;                               ///< n_q × d_f (written)
   matrix_view<T> dkf;                               ///< n_k × d_f (written)
   matrix_view<T> dv;                                ///< n_k × d_v (written)
+  double* d_decay = nullptr;                        ///< dL/dλ (added to), or null: not wanted
 };
 
 /// Linear attention backward on encoded features (docs/training.md).

@@ -76,7 +76,8 @@ void run_linear_backward(const matrix_view<const T>& q, const matrix_view<const 
                                      options.q_positions, options.k_positions, options.causal, options.norm,
                                      options.eps, options.chunk};
   backend::linear_backward_problem<T> problem{forward,   d_out, options.decay, initial, d_final, d_initial,
-                                              is_encoder ? view(dqf) : dq, is_encoder ? view(dkf) : dk, dv};
+                                              is_encoder ? view(dqf) : dq, is_encoder ? view(dkf) : dk, dv,
+                                              options.decay_gradient};
   using backend::linear_backward_kernel;
   linear_backward_kernel(backend, problem);
   if constexpr (is_encoder) {  // dφ(x) = the encoder's backward of the features' gradient

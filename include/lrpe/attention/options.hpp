@@ -85,6 +85,8 @@ enum class normalisation {
  *   chunk-local factors λ^{Δ} with Δ ≥ 0 only, never as λ^{−t}.
  * - `head_decays`: per-head λ for the multi-head entry points (empty: `decay` for every head);
  *   a single-head call rejects a non-empty one (`parameter_error`) rather than ignore it.
+ * - `decay_gradient`: read by `linear_attention_backward` only: null, or where dL/dλ is added
+ *   (a learned decay; docs/training.md). The forward ignores it.
  */
 struct linear_options {
   bool causal = false;
@@ -95,6 +97,7 @@ struct linear_options {
   positions q_positions{};
   positions k_positions{};
   std::span<const double> head_decays{};
+  double* decay_gradient = nullptr;
 };
 
 /**

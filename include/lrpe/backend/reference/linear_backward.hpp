@@ -18,7 +18,9 @@
  * state the call leaves, S_f = λ^{P − p₀} S₀ + Σ_t λ^{P − pos_t} k̃_t v_tᵀ (P: its last key's
  * position), passes its gradient on: dk̃_t += λ^{P − pos_t} (dS_f v_t + dz_f),
  * dv_t += λ^{P − pos_t} dS_fᵀ k̃_t, dS₀ += λ^{P − p₀} dS_f, dz₀ += λ^{P − p₀} dz_f.
- * Every exponent is ≥ 0.
+ * Every exponent is ≥ 0. With `d_decay`, dL/dλ sums each weight's derivative Δ·λ^{Δ−1} times
+ * what multiplies it: w_st by a_st (g_s·v_t + e_s), c_s by q̃_s·(S₀ g_s + e_s z₀), λ^{P−t} by
+ * k̃_t·(dS_f v_t + dz_f), λ^{P−p₀} by ⟨dS_f, S₀⟩ + dz_f·z₀.
  */
 #pragma once
 
@@ -39,6 +41,11 @@ namespace reference_detail {
 /// λ^Δ for Δ ≥ 0, in double (1 when λ = 1 or Δ = 0).
 inline double decay_power(double decay, position_t delta) {
   return decay == 1.0 || delta == 0 ? 1.0 : std::pow(decay, static_cast<double>(delta));
+}
+
+/// d(λ^Δ)/dλ = Δ·λ^{Δ−1} for Δ ≥ 0 (λ > 0).
+inline double decay_slope(double decay, position_t delta) {
+  return delta == 0 ? 0.0 : static_cast<double>(delta) * decay_power(decay, delta) / decay;
 }
 
 /// The forward's num_s and den_s of every query row (pairwise, in double).
@@ -98,11 +105,14 @@ void linear_state_backward(const linear_backward_problem<T>& p, const std::vecto
   const position_t last = nk > 0 ? f.k_positions[nk - 1] : p.initial->last_position();
   for (index_t t = 0; t < nk; ++t) {
     const double w = decay_power(p.decay, last - f.k_positions[t]);
+    double through = 0;  // k̃_t·(dS_f v_t + dz_f), for dL/dλ
     for (index_t i = 0; i < df; ++i) {
       double acc = p.d_final->k_sum[i];
       for (index_t j = 0; j < dv; ++j) acc += static_cast<double>(p.d_final->kv(i, j)) * f.v.row(t)[j];
       dk[static_cast<std::size_t>(t * df + i)] += w * acc;
+      through += acc * f.kf.row(t)[i];
     }
+    if (p.d_decay != nullptr) *p.d_decay += decay_slope(p.decay, last - f.k_positions[t]) * through;
     for (index_t j = 0; j < dv; ++j) {
       double acc = 0;
       for (index_t i = 0; i < df; ++i) acc += static_cast<double>(p.d_final->kv(i, j)) * f.kf.row(t)[i];
@@ -113,6 +123,14 @@ void linear_state_backward(const linear_backward_problem<T>& p, const std::vecto
     const auto w = static_cast<T>(decay_power(p.decay, last - p.initial->last_position()));
     p.d_initial->kv += w * p.d_final->kv;
     p.d_initial->k_sum += w * p.d_final->k_sum;
+  }
+  if (has_state && p.d_decay != nullptr) {  // S_f and z_f hold λ^{P−p₀} S₀ and z₀
+    double through = 0;
+    for (index_t i = 0; i < df; ++i) {
+      through += static_cast<double>(p.d_final->k_sum[i]) * p.initial->k_sum()[i];
+      for (index_t j = 0; j < dv; ++j) through += static_cast<double>(p.d_final->kv(i, j)) * p.initial->kv()(i, j);
+    }
+    *p.d_decay += decay_slope(p.decay, last - p.initial->last_position()) * through;
   }
 }
 
@@ -150,12 +168,16 @@ void linear_backward_kernel(reference, const linear_backward_problem<T>& p) {
     const double* gs = g.data() + s * dv;
     const double es = e[static_cast<std::size_t>(s)];
     if (has_state) {
-      const double c = reference_detail::decay_power(p.decay, f.q_positions[s] - p.initial->last_position());
+      const position_t delta = f.q_positions[s] - p.initial->last_position();
+      const double c = reference_detail::decay_power(p.decay, delta);
+      double through = 0;  // q̃_s·(S₀ g_s + e_s z₀), for dL/dλ
       for (index_t i = 0; i < df; ++i) {
         double acc = es * p.initial->k_sum()[i];
         for (index_t j = 0; j < dv; ++j) acc += static_cast<double>(p.initial->kv()(i, j)) * gs[j];
         dq[static_cast<std::size_t>(s * df + i)] += c * acc;
+        through += acc * q[i];
       }
+      if (p.d_decay != nullptr) *p.d_decay += reference_detail::decay_slope(p.decay, delta) * through;
     }
     for (index_t t = 0; t < nk; ++t) {
       if (f.causal && f.k_positions[t] > f.q_positions[s]) continue;
@@ -169,6 +191,8 @@ void linear_backward_kernel(reference, const linear_backward_problem<T>& p) {
         dk[static_cast<std::size_t>(t * df + i)] += w * da * q[i];
       }
       for (index_t j = 0; j < dv; ++j) dvs[static_cast<std::size_t>(t * dv + j)] += w * a * gs[j];
+      if (p.d_decay != nullptr && f.causal)
+        *p.d_decay += reference_detail::decay_slope(p.decay, f.q_positions[s] - f.k_positions[t]) * a * da;
     }
   }
   reference_detail::linear_state_backward(p, g, e, dk, dvs);

@@ -20,7 +20,7 @@
  * state the dk̃ pass leaves is [dS₀ | dz₀]ᵀ up to the decay from the first query to the initial
  * state. A normalised call first recomputes num and den by one more pass (values v̂). Covers
  * positions given as offsets, causal or not; other calls (position arrays, queries past the last
- * key with a state gradient) take the reference kernel.
+ * key with a state gradient, dL/dλ wanted) take the reference kernel.
  */
 #pragma once
 
@@ -144,7 +144,7 @@ bool linear_backward_covered(const linear_backward_problem<T>& p) {
   const linear_problem<T>& f = p.forward;
   constexpr position_t lowest = std::numeric_limits<position_t>::min();
   if (f.qf.rows == 0 || f.kf.rows == 0 || f.qf.cols == 0 || f.v.cols == 0 || f.q_positions.is_array() ||
-      f.k_positions.is_array())
+      f.k_positions.is_array() || (p.d_decay != nullptr && f.causal))
     return false;
   if (!f.causal) return true;
   const position_t q0 = f.q_positions.offset(), k0 = f.k_positions.offset();
