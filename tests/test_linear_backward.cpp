@@ -419,3 +419,55 @@ TEST_CASE("linear backward: bad input is a clear error naming the argument") {
           lrpe::linear_attention_backward(q, k, v, d_out, dq, dk, dv, none, phi, state, &bad_final, nullptr, causal);
         }).find("d_final") != std::string::npos);
 }
+
+TEST_CASE_TEMPLATE("linear backward, multi-head: grouped-query K/V (dK, dV summed over each group), per-head decays "
+                   "and their gradients, a shared encoder's gradient summed over heads and batch", T, float, double) {
+  const index_t batch = 2, heads = 4, kv_heads = 2, n = 9, d = 6, dv = 5;
+  const auto q = uniform<T>(batch * heads * n, d, 900), d_out = uniform<T>(batch * heads * n, dv, 901);
+  const auto k = uniform<T>(batch * kv_heads * n, d, 902), v = uniform<T>(batch * kv_heads * n, dv, 903);
+  lrpe::row_matrix<T> dq(batch * heads * n, d), dk(batch * kv_heads * n, d), dv_(batch * kv_heads * n, dv);
+  const auto bnsh = [](auto& m, index_t h, index_t cols) { return lrpe::bnsh(m.data(), batch, h, n, cols); };
+  const std::vector<double> decays{0.9, 1.0, 0.8, 0.95};
+  std::vector<double> d_decays(heads, 0.0);
+  lrpe::linear_options opt;
+  opt.causal = true;
+  opt.head_decays = decays;
+  opt.decay_gradient = d_decays.data();
+  const lrpe::rope_neox<T> rope(d);
+  const lrpe::feature_maps::elu_plus_one phi;
+  std::vector<lrpe::encoder_gradient> grads{rope.make_gradient()};
+  lrpe::linear_attention_backward(bnsh(q, heads, d), bnsh(k, kv_heads, d), bnsh(v, kv_heads, dv), bnsh(d_out, heads, dv),
+                                  bnsh(dq, heads, d), bnsh(dk, kv_heads, d), bnsh(dv_, kv_heads, dv), rope, phi, opt,
+                                  std::span<lrpe::encoder_gradient>(grads));
+  // against one single-head call per (b, h)
+  lrpe::row_matrix<T> dk_want = lrpe::row_matrix<T>::Zero(dk.rows(), d), dv_want = lrpe::row_matrix<T>::Zero(dv_.rows(), dv);
+  lrpe::encoder_gradient g_want = rope.make_gradient();
+  std::vector<double> dl_want(heads, 0.0);
+  for (index_t b = 0; b < batch; ++b)
+    for (index_t h = 0; h < heads; ++h) {
+      const index_t hk = h / (heads / kv_heads), qr = (b * heads + h) * n, kr = (b * kv_heads + hk) * n;
+      lrpe::linear_options one;
+      one.causal = true;
+      one.decay = decays[std::size_t(h)];
+      one.decay_gradient = &dl_want[std::size_t(h)];
+      lrpe::row_matrix<T> hq(n, d), hk_(n, d), hv(n, dv);
+      const lrpe::row_matrix<T> qh = q.middleRows(qr, n), kh = k.middleRows(kr, n), vh = v.middleRows(kr, n),
+                                oh = d_out.middleRows(qr, n);
+      lrpe::linear_attention_backward(qh, kh, vh, oh, hq, hk_, hv, rope, phi, one, &g_want);
+      CHECK(hq == lrpe::row_matrix<T>(dq.middleRows(qr, n)));
+      dk_want.middleRows(kr, n) += hk_;
+      dv_want.middleRows(kr, n) += hv;
+    }
+  CHECK((dk - dk_want).cwiseAbs().maxCoeff() <= T(0));
+  CHECK((dv_ - dv_want).cwiseAbs().maxCoeff() <= T(0));
+  CHECK(grads[0].lambda == g_want.lambda);
+  CHECK(d_decays == dl_want);
+  CHECK(d_decays[1] != 0.0);  // λ = 1 has a gradient too
+  // a wrong count of gradients is an error naming it
+  std::vector<lrpe::encoder_gradient> two{rope.make_gradient(), rope.make_gradient()};
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention_backward(bnsh(q, heads, d), bnsh(k, kv_heads, d), bnsh(v, kv_heads, dv),
+                                                       bnsh(d_out, heads, dv), bnsh(dq, heads, d), bnsh(dk, kv_heads, d),
+                                                       bnsh(dv_, kv_heads, dv), rope, phi, opt,
+                                                       std::span<lrpe::encoder_gradient>(two)),
+                       doctest::Contains("grads.size()"), lrpe::shape_error);
+}

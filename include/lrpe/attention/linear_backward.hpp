@@ -11,11 +11,13 @@
 #include <lrpe/attention/backend_interface.hpp>
 #include <lrpe/attention/feature_map.hpp>
 #include <lrpe/attention/linear.hpp>
+#include <lrpe/attention/multihead.hpp>
 #include <lrpe/attention/options.hpp>
 #include <lrpe/attention/softmax_backward.hpp>
 #include <lrpe/attention/state.hpp>
 #include <lrpe/encoder.hpp>
 
+#include <span>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -195,6 +197,44 @@ void linear_attention_backward(const Q& q_in, const K& k_in, const V& v_in, cons
   }
   detail::run_linear_backward<T>(q, k, v, d_out, dq, dk, dv, encoding, phi, options, &initial, d_final, d_initial, grad,
                                  backend);
+}
+
+/**
+ * Multi-head `linear_attention_backward`: for every (b, h), the single-head backward on the
+ * head's views with encoding `head_encoding(encodings, h)` and decay `options.head_decays[h]`
+ * (or `options.decay`); dq per head, dk and dv summed over the query heads that read each K/V
+ * head (grouped-query attention, as the multi-head forward). Heads run in order on the calling
+ * thread.
+ * @param grads none; one `encoder_gradient` for an encoder shared by every head (summed over
+ *              heads and batch); or one per head (q.heads of them) for per-head encoders.
+ * `options.decay_gradient`: null, or q.heads doubles: dL/dλ_h added to entry h (summed over the
+ * batch; with one λ for every head, its gradient is the entries' sum).
+ * @throws shape_error for the views as the multi-head forward, for d_out, dq, dk, dv and grads;
+ *         parameter_error (`options.head_decays`); and the single-head errors.
+ */
+template <class TQ, class TK, class TV, class TD, class T, class Encodings, class Phi,
+          class Backend = backend::reference>
+void linear_attention_backward(const heads_view<TQ>& q, const heads_view<TK>& k, const heads_view<TV>& v,
+                               const heads_view<TD>& d_out, const heads_view<T>& dq, const heads_view<T>& dk,
+                               const heads_view<T>& dv, const Encodings& encodings, const Phi& phi,
+                               const linear_options& options = {}, std::span<encoder_gradient> grads = {},
+                               Backend backend = {}) {
+  constexpr const char* where = "lrpe::linear_attention_backward (multi-head)";
+  static_assert(!std::is_const_v<T>, "lrpe::linear_attention_backward: dq, dk, dv must be mutable heads_views");
+  detail::validate_backward_heads(q, k, v, d_out, d_out, dq, dk, dv, where);
+  detail::validate_head_decays(options, q.heads, where);
+  detail::require_head_gradients<Encodings>(grads.size(), q.heads, where);
+  detail::check_head_encodings<std::remove_const_t<TQ>>(encodings, q.heads, q.dim, where);
+  constexpr bool shared = detail::shared_encoding_v<Encodings>;
+  detail::for_each_backward_head(q, k, dk, dv, [&](index_t b, index_t h, index_t hk, const auto& dk_h, const auto& dv_h) {
+    linear_options head_options = detail::head_linear_options(options, h);
+    if (options.decay_gradient != nullptr) head_options.decay_gradient = options.decay_gradient + h;
+    auto* grad = grads.empty() ? nullptr : &grads[shared ? 0 : static_cast<std::size_t>(h)];
+    linear_attention_backward(detail::as_const_heads(q).head(b, h), detail::as_const_heads(k).head(b, hk),
+                              detail::as_const_heads(v).head(b, hk), detail::as_const_heads(d_out).head(b, h),
+                              dq.head(b, h), dk_h, dv_h, detail::head_encoding(encodings, h, q.heads, where), phi,
+                              head_options, grad, backend);
+  });
 }
 
 }  // namespace v0

@@ -276,6 +276,32 @@ void check_head_states(const heads_view<TQ>& q, const heads_view<TK>& k, const h
   }
 }
 
+/// `options.head_decays` (empty, or one valid λ per head, 1 unless causal) or `options.decay`,
+/// checked before any head runs (a head's own call would name options.decay, after earlier
+/// heads wrote their outputs).
+inline void validate_head_decays(const linear_options& options, index_t heads, const char* where) {
+  if (options.head_decays.empty()) {
+    require_decay(options.decay, where);  // before the states are compared with it
+    return;
+  }
+  require_size(static_cast<index_t>(options.head_decays.size()), heads, where, "options.head_decays");
+  for (std::size_t h = 0; h < options.head_decays.size(); ++h) {
+    const double lambda = options.head_decays[h];
+    require_decay(lambda, where, "options.head_decays[h]");
+    require_parameter(options.causal || lambda == 1.0, where, "options.head_decays[h]",
+                      lazy_concat("must be 1 unless options.causal (the decay is defined for s >= t); head ", h),
+                      lambda);
+  }
+}
+
+/// Head h's options: its decay (`head_decays[h]`, or `decay`), no per-head list.
+inline linear_options head_linear_options(const linear_options& options, index_t h) {
+  linear_options head = options;
+  head.head_decays = {};
+  if (!options.head_decays.empty()) head.decay = options.head_decays[static_cast<std::size_t>(h)];
+  return head;
+}
+
 /// The multi-head linear entry points; `states` null (no state) or batch × heads of them.
 template <class TQ, class TK, class TV, class T, class Encodings, class Phi, class Backend>
 void linear_attention_heads(const heads_view<TQ>& q, const heads_view<TK>& k, const heads_view<TV>& v,
@@ -286,28 +312,14 @@ void linear_attention_heads(const heads_view<TQ>& q, const heads_view<TK>& k, co
   static_assert(!std::is_const_v<T>, "lrpe::linear_attention: out must be a mutable heads_view");
   validate_attention_heads(q, k, v, out, where);
   require_feature_map<T>(phi, where);
-  if (!options.head_decays.empty()) {
-    require_size(static_cast<index_t>(options.head_decays.size()), q.heads, where, "options.head_decays");
-    for (std::size_t h = 0; h < options.head_decays.size(); ++h) {
-      const double lambda = options.head_decays[h];
-      require_decay(lambda, where, "options.head_decays[h]");
-      // before any head runs (a head's own call would name options.decay, after earlier heads wrote out)
-      require_parameter(options.causal || lambda == 1.0, where, "options.head_decays[h]",
-                        lazy_concat("must be 1 unless options.causal (the decay is defined for s >= t); head ", h),
-                        lambda);
-    }
-  } else {
-    require_decay(options.decay, where);  // before the states are compared with it
-  }
+  validate_head_decays(options, q.heads, where);
   if (states != nullptr) check_head_states(q, k, v, encodings, options, *states, where);
   else check_head_encodings<std::remove_const_t<TQ>>(encodings, q.heads, q.dim, where);
   // (b, h) pairs, h-major; a backend may run them on several threads (backend::for_each_head)
   using backend::for_each_head;
   for_each_head(backend, q.heads * q.batch, [&](index_t item, const auto& head_backend) {
     const index_t h = item / q.batch, b = item % q.batch, hk = kv_head(q, k, h);
-    linear_options head_options = options;
-    head_options.head_decays = {};
-    if (!options.head_decays.empty()) head_options.decay = options.head_decays[static_cast<std::size_t>(h)];
+    const linear_options head_options = head_linear_options(options, h);
     const auto qh = as_const_heads(q).head(b, h), kh = as_const_heads(k).head(b, hk), vh = as_const_heads(v).head(b, hk);
     const auto oh = out.head(b, h);
     const auto& encoding = head_encoding(encodings, h, q.heads, where);

@@ -23,8 +23,10 @@
 #include <lrpe/attention/softmax.hpp>
 #include <lrpe/encoder.hpp>
 
+#include <algorithm>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace lrpe {
@@ -120,6 +122,69 @@ void softmax_backward_encoded(const matrix_view<const T>& q, const matrix_view<c
   softmax_backward_kernel(backend, problem, content, content, options.reweight);
   encode_backward(backend, encoding, q, qp, view(std::as_const(dqf)), dq, grad);
   encode_backward(backend, encoding, k, kp, view(std::as_const(dkf)), dk, grad);
+}
+
+/**
+ * The multi-head backwards' loop over (b, h): `head(b, h, hk, dk_h, dv_h)` writes query head h's
+ * dq and its own dK, dV into `dk_h`, `dv_h`: the K/V head's views, or without grouped-query
+ * K/V; with it, scratch that is then added to the K/V head's (zeroed first), so that dK and dV
+ * sum over each group's query heads.
+ */
+template <class S, class TQ, class TK, class F>
+void for_each_backward_head(const heads_view<TQ>& q, const heads_view<TK>& k, const heads_view<S>& dk,
+                            const heads_view<S>& dv, F&& head) {
+  const bool grouped = k.heads != q.heads;
+  row_matrix<S> dk_head(grouped ? dk.seq : 0, dk.dim), dv_head(grouped ? dv.seq : 0, dv.dim);
+  for (index_t b = 0; b < q.batch; ++b) {
+    for (index_t hk = 0; hk < k.heads && grouped; ++hk) {
+      for (const auto* m : {&dk, &dv}) {
+        const auto kv = m->head(b, hk);
+        for (index_t i = 0; i < kv.rows; ++i) std::fill(kv.row(i), kv.row(i) + kv.cols, S(0));
+      }
+    }
+    for (index_t h = 0; h < q.heads; ++h) {
+      const index_t hk = kv_head(q, k, h);
+      head(b, h, hk, grouped ? view(dk_head) : dk.head(b, hk), grouped ? view(dv_head) : dv.head(b, hk));
+      if (!grouped) continue;
+      const auto dk_out = dk.head(b, hk), dv_out = dv.head(b, hk);
+      for (index_t i = 0; i < dk.seq; ++i)
+        for (index_t j = 0; j < dk.dim; ++j) dk_out.row(i)[j] += dk_head(i, j);
+      for (index_t i = 0; i < dv.seq; ++i)
+        for (index_t j = 0; j < dv.dim; ++j) dv_out.row(i)[j] += dv_head(i, j);
+    }
+  }
+}
+
+/// The multi-head backwards' views: each whole and valid, K/V heads dividing Q's, d_out and
+/// the gradients shaped as out (`out_like`: the forward's out, or d_out) and q, k, v.
+template <class TQ, class TK, class TV, class TO, class TD, class T>
+void validate_backward_heads(const heads_view<TQ>& q, const heads_view<TK>& k, const heads_view<TV>& v,
+                             const heads_view<TO>& out_like, const heads_view<TD>& d_out, const heads_view<T>& dq,
+                             const heads_view<T>& dk, const heads_view<T>& dv, const char* where) {
+  for (const auto& [x, name] : {std::pair{as_const_heads(q), "q"}, std::pair{as_const_heads(k), "k"},
+                                std::pair{as_const_heads(v), "v"}, std::pair{as_const_heads(out_like), "out"},
+                                std::pair{as_const_heads(d_out), "d_out"}, std::pair{as_const_heads(dq), "dq"},
+                                std::pair{as_const_heads(dk), "dk"}, std::pair{as_const_heads(dv), "dv"}})
+    validate_heads(x, where, name);
+  require_kv_heads(q, k, where, "k");
+  require_same_bh(k, v, where, "v");
+  require_same_bh(q, out_like, where, "out");
+  require_same_bh(q, d_out, where, "d_out");
+  require_same_bh(q, dq, where, "dq");
+  require_same_bh(k, dk, where, "dk");
+  require_same_bh(v, dv, where, "dv");
+  require_head_shapes(q, k, v, out_like, where);
+  require_head_shapes(q, k, v, d_out, where);
+}
+
+/// grads: empty, one (an encoding shared by every head) or one per head.
+template <class Encodings>
+void require_head_gradients(std::size_t count, index_t heads, const char* where) {
+  constexpr bool shared = shared_encoding_v<Encodings>;
+  require_shape(count == 0 || static_cast<index_t>(count) == (shared ? 1 : heads), where, "grads.size()",
+                shared ? "must be 0 or 1 (one encoder shared by every head)"
+                       : "must be 0 or q.heads (one gradient per head's encoder)",
+                count);
 }
 
 }  // namespace detail
@@ -277,63 +342,26 @@ void softmax_attention_backward(const heads_view<TQ>& q, const heads_view<TK>& k
                                 Backend backend = {}) {
   constexpr const char* where = "lrpe::softmax_attention_backward (multi-head)";
   static_assert(!std::is_const_v<T>, "lrpe::softmax_attention_backward: dq, dk, dv must be mutable heads_views");
-  for (const auto& [x, name] : {std::pair{detail::as_const_heads(q), "q"}, std::pair{detail::as_const_heads(k), "k"},
-                                std::pair{detail::as_const_heads(v), "v"}, std::pair{detail::as_const_heads(out), "out"},
-                                std::pair{detail::as_const_heads(d_out), "d_out"}, std::pair{detail::as_const_heads(dq), "dq"},
-                                std::pair{detail::as_const_heads(dk), "dk"}, std::pair{detail::as_const_heads(dv), "dv"}})
-    detail::validate_heads(x, where, name);
-  detail::require_kv_heads(q, k, where, "k");
-  detail::require_same_bh(k, v, where, "v");
-  detail::require_same_bh(q, out, where, "out");
-  detail::require_same_bh(q, d_out, where, "d_out");
-  detail::require_same_bh(q, dq, where, "dq");
-  detail::require_same_bh(k, dk, where, "dk");
-  detail::require_same_bh(v, dv, where, "dv");
-  detail::require_head_shapes(q, k, v, out, where);
+  detail::validate_backward_heads(q, k, v, out, d_out, dq, dk, dv, where);
   detail::require_shape(lse.empty() || static_cast<index_t>(lse.size()) == q.batch * q.heads * q.seq, where,
                         "lse.size()", detail::lazy_concat("must be 0 (recomputed) or q.batch * q.heads * q.seq = ",
                                                           q.batch * q.heads * q.seq),
                         lse.size());
-  constexpr bool shared = detail::shared_encoding_v<Encodings>;
-  detail::require_shape(grads.empty() || static_cast<index_t>(grads.size()) == (shared ? 1 : q.heads), where,
-                        "grads.size()",
-                        shared ? "must be 0 or 1 (one encoder shared by every head)"
-                               : "must be 0 or q.heads (one gradient per head's encoder)",
-                        grads.size());
+  detail::require_head_gradients<Encodings>(grads.size(), q.heads, where);
   detail::check_head_encodings<std::remove_const_t<TQ>>(encodings, q.heads, q.dim, where);
-  using S = std::remove_const_t<TQ>;
-  // grouped-query: dk, dv sum over a group's query heads, each head's own into scratch, then
-  // added (without groups each head writes its own dk, dv: no scratch)
-  const bool grouped = k.heads != q.heads;
-  row_matrix<S> dk_head(grouped ? k.seq : 0, k.dim), dv_head(grouped ? v.seq : 0, v.dim);
-  for (index_t b = 0; b < q.batch; ++b) {
-    for (index_t hk = 0; hk < k.heads && grouped; ++hk) {
-      for (auto* m : {&dk, &dv}) {
-        const auto head = m->head(b, hk);
-        for (index_t i = 0; i < head.rows; ++i) std::fill(head.row(i), head.row(i) + head.cols, S(0));
-      }
-    }
-    for (index_t h = 0; h < q.heads; ++h) {
-      const index_t hk = detail::kv_head(q, k, h);
-      softmax_options<Reweight> head_options = options;
-      if constexpr (detail::multi_head_table<Reweight>)
-        head_options.reweight = detail::table_head(options.reweight, h, q.heads, where, "options.reweight.heads()");
-      auto* grad = grads.empty() ? nullptr : &grads[shared ? 0 : static_cast<std::size_t>(h)];
-      const auto head_lse = lse.empty() ? lse : lse.subspan(static_cast<std::size_t>((b * q.heads + h) * q.seq),
-                                                            static_cast<std::size_t>(q.seq));
-      softmax_attention_backward(detail::as_const_heads(q).head(b, h), detail::as_const_heads(k).head(b, hk),
-                                 detail::as_const_heads(v).head(b, hk), detail::as_const_heads(out).head(b, h),
-                                 detail::as_const_heads(d_out).head(b, h), head_lse, dq.head(b, h),
-                                 grouped ? view(dk_head) : dk.head(b, hk), grouped ? view(dv_head) : dv.head(b, hk),
-                                 detail::head_encoding(encodings, h, q.heads, where), head_options, grad, backend);
-      if (!grouped) continue;
-      const auto dk_out = dk.head(b, hk), dv_out = dv.head(b, hk);
-      for (index_t i = 0; i < k.seq; ++i)
-        for (index_t j = 0; j < k.dim; ++j) dk_out.row(i)[j] += dk_head(i, j);
-      for (index_t i = 0; i < v.seq; ++i)
-        for (index_t j = 0; j < v.dim; ++j) dv_out.row(i)[j] += dv_head(i, j);
-    }
-  }
+  constexpr bool shared = detail::shared_encoding_v<Encodings>;
+  detail::for_each_backward_head(q, k, dk, dv, [&](index_t b, index_t h, index_t hk, const auto& dk_h, const auto& dv_h) {
+    softmax_options<Reweight> head_options = options;
+    if constexpr (detail::multi_head_table<Reweight>)
+      head_options.reweight = detail::table_head(options.reweight, h, q.heads, where, "options.reweight.heads()");
+    auto* grad = grads.empty() ? nullptr : &grads[shared ? 0 : static_cast<std::size_t>(h)];
+    const auto head_lse = lse.empty() ? lse : lse.subspan(static_cast<std::size_t>((b * q.heads + h) * q.seq),
+                                                          static_cast<std::size_t>(q.seq));
+    softmax_attention_backward(detail::as_const_heads(q).head(b, h), detail::as_const_heads(k).head(b, hk),
+                               detail::as_const_heads(v).head(b, hk), detail::as_const_heads(out).head(b, h),
+                               detail::as_const_heads(d_out).head(b, h), head_lse, dq.head(b, h), dk_h, dv_h,
+                               detail::head_encoding(encodings, h, q.heads, where), head_options, grad, backend);
+  });
 }
 
 }  // namespace v0
