@@ -461,3 +461,54 @@ TEST_CASE("softmax backward, multi-head: a per-head ALiBi table gives each head'
     CHECK(want[0] != 0);
   }
 }
+
+TEST_CASE_TEMPLATE("softmax backward: URPE's table gets its gradient (options.reweight_gradient, laid out as the "
+                   "table: head 1's row, head 0's untouched); a reweighting without parameters rejects one", T, float,
+                   double) {
+  setup c;
+  c.qp = offset(0, c.nq);
+  c.kp = offset(0, c.nk);
+  const lrpe::canonical::t5_buckets cfg{8, 16, true};
+  const lrpe::row_matrix<T> table = (uniform<T>(2, 8, 700).array() * T(0.5) + T(1)).matrix();
+  const auto urpe = lrpe::canonical::urpe<T>(cfg, table).head(1);
+  const auto q = uniform<T>(c.nq, c.d, 701), k = uniform<T>(c.nk, c.d, 702);
+  const auto v = uniform<T>(c.nk, c.dv, 703), d_out = uniform<T>(c.nq, c.dv, 704);
+  const ld_rows ql = to_ld(q), kl = to_ld(k), vl = to_ld(v), dol = to_ld(d_out);
+  const ld scale = 1 / std::sqrt(ld(c.d));
+  for (const bool causal : {false, true}) {
+    CAPTURE(causal);
+    c.causal = causal;
+    lrpe::softmax_options<lrpe::canonical::urpe<T>> opt;
+    opt.causal = causal;
+    opt.q_positions = c.qp;
+    opt.k_positions = c.kp;
+    opt.reweight = urpe;
+    std::vector<double> grad = urpe.make_gradient();
+    REQUIRE(grad.size() == 16);
+    opt.reweight_gradient = grad.data();
+    lrpe::row_matrix<T> out(c.nq, c.dv), dq(c.nq, c.d), dk(c.nk, c.d), dv(c.nk, c.dv);
+    std::vector<T> lse(std::size_t(c.nq));
+    lrpe::softmax_attention_lse(q, k, v, out, std::span<T>(lse), lrpe::no_encoding{}, opt);
+    lrpe::softmax_attention_backward(q, k, v, out, d_out, std::span<const T>(lse), dq, dk, dv, lrpe::no_encoding{}, opt);
+    // the table in double: the differences step exactly what they say
+    const std::vector<double> row(table.row(1).data(), table.row(1).data() + 8);
+    std::vector<ld> want(8);
+    for (std::size_t j = 0; j < 8; ++j)
+      want[j] = derivative(row, j, 1e-4, [&](const std::vector<double>& w) {
+        setup moved = c;
+        moved.weight = [cfg, w](position_t s, position_t t) {
+          return ld(w[std::size_t(lrpe::canonical::t5_bucket(lrpe::canonical::saturating_offset(s, t), cfg))]);
+        };
+        return reference_loss(moved, scale, plain_features(), ql, kl, vl, dol);
+      });
+    CHECK(relative_error(std::vector<double>(grad.begin() + 8, grad.end()), want) <= tolerance<T>());
+    CHECK(std::all_of(grad.begin(), grad.begin() + 8, [](double x) { return x == 0.0; }));
+  }
+  double unused = 0;
+  const auto plain = [](position_t, position_t) { return 1.0; };
+  lrpe::softmax_options<decltype(plain)> bad{false, std::nullopt, 0, 0, 64, plain, &unused};
+  lrpe::row_matrix<T> out(c.nq, c.dv), dq(c.nq, c.d), dk(c.nk, c.d), dv(c.nk, c.dv);
+  lrpe::softmax_attention(q, k, v, out, lrpe::no_encoding{}, bad);
+  CHECK_THROWS_WITH_AS(lrpe::softmax_attention_backward(q, k, v, out, d_out, {}, dq, dk, dv, lrpe::no_encoding{}, bad),
+                       doctest::Contains("options.reweight_gradient"), lrpe::parameter_error);
+}

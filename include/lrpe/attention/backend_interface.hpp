@@ -220,7 +220,13 @@ struct softmax_backward_problem {
   matrix_view<T> db;              ///< n_k × f, dL/dB (written)
   matrix_view<T> dv;              ///< n_k × d_v, dL/dV (written)
   double* bias_grad = nullptr;    ///< a learnable additive encoding's parameter gradient (added to), or null
+  double* reweight_grad = nullptr;  ///< a post-softmax reweighting's parameter gradient (added to), or null
 };
+
+/// True for a post-softmax reweighting whose weights have a gradient (`accumulate_weight_gradient`).
+template <class R>
+inline constexpr bool learnable_reweight_v =
+    requires(const R& r, position_t s, double* g) { r.accumulate_weight_gradient(s, s, 0.0, g); };
 
 /// True for the logits of an additive encoding whose bias has a gradient (`accumulate_bias_gradient`).
 template <class L>

@@ -63,6 +63,9 @@ struct softmax_options {
   positions k_positions{};
   index_t tile = 64;
   Reweight reweight{};
+  /// Backward only: null, or where dL/dC is added for a reweighting with parameters
+  /// (`canonical::urpe`: laid out as its table, `reweight.make_gradient()`). The forward ignores it.
+  double* reweight_gradient = nullptr;
 };
 
 /// How linear attention normalises: not at all, or by the (decayed) kernel sum.

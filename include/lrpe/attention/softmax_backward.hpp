@@ -256,6 +256,10 @@ void softmax_attention_backward(const Q& q_in, const K& k_in, const V& v_in, con
       detail::require_equal(static_cast<index_t>(grad->size()), encoding.parameter_count(), where, "grad->size()",
                             "encoding.parameter_count()");
   }
+  if constexpr (!backend::learnable_reweight_v<Reweight>) {
+    detail::require_parameter(options.reweight_gradient == nullptr, where, "options.reweight_gradient",
+                              "must be null: the reweighting has no parameters", "non-null");
+  }
   if (q.rows == 0 || k.rows == 0) {  // no key visible anywhere: every gradient is zero
     for (const auto* m : {&dq, &dk, &dv})
       for (index_t i = 0; i < m->rows; ++i) std::fill(m->row(i), m->row(i) + m->cols, T(0));
@@ -272,7 +276,9 @@ void softmax_attention_backward(const Q& q_in, const K& k_in, const V& v_in, con
       lse.empty() ? nullptr : lse.data(),
       dq,
       dk,
-      dv};
+      dv,
+      nullptr,
+      options.reweight_gradient};
   using backend::softmax_backward_kernel;
   if constexpr (is_none) {
     const backend::dot_logits<T> content{q, k, scale};

@@ -99,6 +99,18 @@ class urpe {
   /// Same as `weight` (the paper's name).
   [[nodiscard]] double c(position_t s, position_t t) const noexcept { return weight(s, t); }
 
+  /// The table's entries, every head's (the size of its gradient).
+  [[nodiscard]] index_t parameter_count() const noexcept { return table_->size(); }
+  /// A zero gradient laid out as the table (heads × num_buckets, row-major), for
+  /// `softmax_options::reweight_gradient` (docs/training.md).
+  [[nodiscard]] std::vector<double> make_gradient() const {
+    return std::vector<double>(static_cast<std::size_t>(parameter_count()), 0.0);
+  }
+  /// dL/dc_h[bucket(t − s)] += g for this view's head h (`grad`: `make_gradient()`-shaped).
+  void accumulate_weight_gradient(position_t s, position_t t, double g, double* grad) const noexcept {
+    grad[h_ * cfg_.num_buckets + t5_bucket(saturating_offset(s, t), cfg_)] += g;
+  }
+
  private:
   t5_buckets cfg_;
   detail_::shared_table<row_matrix<T>> table_;

@@ -6,7 +6,7 @@
  * the forward's own online pass), each (query tile, key tile) pair recomputes its logits and
  *
  *     P = e^{S − lse}  (0 where masked),   W = P ∘ C  (URPE's reweighting; C = 1 without)
- *     dV += Wᵀ dO,     dP = (dO Vᵀ) ∘ C,   dS = P ∘ (dP − D)
+ *     dV += Wᵀ dO,     dP = (dO Vᵀ) ∘ C,   dS = P ∘ (dP − D),   dC_st = P_st (dO_s·v_t)
  *     dA += scale·dS B,   dB += scale·dSᵀ A          (logits = scale·A Bᵀ + bias)
  *
  * Memory: one tile_q×tile_k tile of each of S, dP; never n×n. D_s = Σ_t P_st dP_st holds with
@@ -74,6 +74,10 @@ void backward_tile(const softmax_backward_problem<T>& p, const dot_logits<T>& co
       T weight = T(1);
       if constexpr (!std::is_same_v<Reweight, no_reweighting>) {
         if (prob != T(0)) weight = static_cast<T>(lrpe::detail::reweight_at(c, s, t));
+        if constexpr (learnable_reweight_v<Reweight>) {  // dL/dC_st = P_st (dO_s·v_t)
+          if (p.reweight_grad != nullptr && prob != T(0))
+            c.accumulate_weight_gradient(s, t, static_cast<double>(prob) * static_cast<double>(dP(i, j)), p.reweight_grad);
+        }
       }
       S(i, j) = prob * weight;                                                    // W, for dV
       dP(i, j) = prob == T(0) ? T(0) : prob * (dP(i, j) * weight - delta[static_cast<std::size_t>(i0 + i)]);  // dS
