@@ -10,7 +10,8 @@
  * | every `lrpe::encoder` | dS gives dQ̃, dK̃ (the features); `encoder::backward` gives dQ, dK | θ, Householder v, dense P (added to `grad`) |
  * | `additive_encoding` (ALiBi, T5, Toeplitz tables) | from dS (the bias does not depend on Q, K) | the head's slope or table row: dL/dbias(s, t) = dS_st |
  *
- * URPE's reweighting C is differentiated through (C itself is fixed). Other encodings (Shaw,
+ * URPE's reweighting C is differentiated through, and its table gets a gradient where
+ * `options.reweight_gradient` asks for one. Other encodings (Shaw,
  * DeBERTa, Transformer-XL, cosFormer, value terms) are a compile error naming what is missing.
  * The multi-head forms take `heads_view`s, grouped-query K/V included (dK, dV summed over each
  * K/V head's query heads).
