@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""lrpe's softmax-attention gradients against PyTorch autograd through Hugging Face's own code.
+
+Builds and runs bench/upstream/grad_dump.cpp (lrpe's reference backend, double), recomputes the
+same problems in float64 with autograd, through `transformers`' Llama `apply_rotary_pos_emb` /
+`rotate_half` and T5's `T5Attention._relative_position_bucket`, and prints, per case and
+gradient, max |lrpe - torch| / max |torch|. Bench-only: torch and transformers are never
+dependencies of lrpe or its tests (a venv: `python3 -m venv build/venv && build/venv/bin/pip
+install torch transformers`).
+
+Usage: build/venv/bin/python bench/upstream/grad_compare.py [--cxx c++]
+Exits 1 if any relative difference exceeds 1e-12.
+"""
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+
+import torch
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+from transformers.models.t5.modeling_t5 import T5Attention
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def lrpe_gradients(cxx):
+    exe = ROOT / "build" / "grad_dump"
+    src = ROOT / "bench" / "upstream" / "grad_dump.cpp"
+    exe.parent.mkdir(exist_ok=True)
+    subprocess.run([cxx, "-std=c++20", "-O1", f"-I{ROOT / 'include'}", "-I/usr/include/eigen3", str(src), "-o", str(exe)],
+                   check=True)
+    return json.loads(subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout)
+
+
+def t(x):
+    return torch.tensor(x, dtype=torch.float64)
+
+
+def attention(q, k, v, bias, causal, scale):
+    s = q @ k.transpose(-1, -2) * scale + bias
+    if causal:
+        n = s.shape[-1]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def rope_case(data):
+    """Llama's RoPE (rotate_half pairing, base 10000) on Q and K, causal, scale 1/sqrt(d)."""
+    n, d = data["n"], data["d"]
+    q, k, v = (t(data[x]).requires_grad_() for x in ("q", "k", "v"))
+    theta = (10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)).requires_grad_()
+    freqs = torch.outer(torch.arange(n, dtype=torch.float64), theta)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    qr, kr = apply_rotary_pos_emb(q[None, None], k[None, None], emb.cos()[None], emb.sin()[None])
+    out = attention(qr[0, 0], kr[0, 0], v, 0.0, True, d ** -0.5)
+    (out * t(data["d_out"])).sum().backward()
+    return out, q.grad, k.grad, v.grad, theta.grad
+
+
+def t5_case(data, causal):
+    """T5's relative-position buckets (bidirectional for the encoder, causal for the decoder), no scaling."""
+    n = data["n"]
+    num_buckets, max_distance = data["t5_buckets"]
+    q, k, v = (t(data[x]).requires_grad_() for x in ("q", "k", "v"))
+    table = t(data["t5_table"][0]).requires_grad_()
+    rel = torch.arange(n)[None, :] - torch.arange(n)[:, None]  # memory - query, as T5
+    buckets = T5Attention._relative_position_bucket(rel, bidirectional=not causal, num_buckets=num_buckets,
+                                                    max_distance=max_distance)
+    out = attention(q, k, v, table[buckets], causal, 1.0)
+    (out * t(data["d_out"])).sum().backward()
+    return out, q.grad, k.grad, v.grad, table.grad
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cxx", default="c++")
+    args = ap.parse_args()
+    data = lrpe_gradients(args.cxx)
+    import transformers
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}; float64; "
+          "max |lrpe - torch| / max |torch|")
+    worst = 0.0
+    for name, ref in (("rope", rope_case(data)), ("t5", t5_case(data, False)), ("t5_causal", t5_case(data, True))):
+        ours = data[name]
+        row = []
+        for label, key, want in zip(("O", "dQ", "dK", "dV", "params"), ("out", "dq", "dk", "dv", "dparams"), ref):
+            got = t(ours[key]).reshape(want.shape)
+            err = ((got - want).abs().max() / want.abs().max()).item()
+            worst = max(worst, err)
+            row.append(f"{label} {err:.1e}")
+        print(f"{name:10s} " + ", ".join(row))
+    print(f"worst {worst:.1e}")
+    sys.exit(0 if worst <= 1e-12 else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: MIT
+// Small softmax-attention problems and lrpe's gradients of them (reference backend, double), as
+// JSON on stdout, for bench/upstream/grad_compare.py: it recomputes every gradient with PyTorch
+// autograd through Hugging Face's own RoPE and T5-bucket code and prints the agreement. Not a
+// test: torch is never a dependency of lrpe or its tests.
+//
+// Cases (n = 12 rows, d = 8, d_v = 6, loss L = Σ dO∘O):
+//   rope       causal, rope_neox (Llama's rotate_half pairing, base 10000, scale 1/√d): dQ, dK, dV, dθ
+//   t5         bidirectional T5 buckets (8 buckets, max distance 20), no scaling: dQ, dK, dV, d(table)
+//   t5_causal  the decoder's causal buckets, causal attention: the same
+#include <lrpe/lrpe.hpp>
+
+#include <cstdio>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace {
+
+using lrpe::index_t;
+using M = lrpe::row_matrix<double>;
+constexpr index_t n = 12, d = 8, dv = 6;
+
+void put(const char* name, const M& m, bool comma = true) {
+  std::printf("\"%s\": [", name);
+  for (index_t i = 0; i < m.rows(); ++i) {
+    std::printf("%s[", i ? ", " : "");
+    for (index_t j = 0; j < m.cols(); ++j) std::printf("%s%.17g", j ? ", " : "", m(i, j));
+    std::printf("]");
+  }
+  std::printf("]%s\n", comma ? "," : "");
+}
+
+void put(const char* name, const std::vector<double>& x, bool comma = true) {
+  std::printf("\"%s\": [", name);
+  for (std::size_t i = 0; i < x.size(); ++i) std::printf("%s%.17g", i ? ", " : "", x[i]);
+  std::printf("]%s\n", comma ? "," : "");
+}
+
+M normal(lrpe::generator& g, index_t rows, index_t cols) {
+  M m(rows, cols);
+  for (index_t i = 0; i < m.size(); ++i) m.data()[i] = g.normal();
+  return m;
+}
+
+/// The forward (with its log-sum-exps), then the backward; prints the gradients as one object.
+template <class E>
+void run(const char* name, const E& enc, bool causal, const M& q, const M& k, const M& v, const M& d_out,
+         bool last = false) {
+  lrpe::softmax_options<> opt;
+  opt.causal = causal;
+  M out(n, dv), dq(n, d), dk(n, d), dvv(n, dv);
+  std::vector<double> lse(n);
+  lrpe::softmax_attention_lse(q, k, v, out, std::span<double>(lse), enc, opt);
+  auto grad = enc.make_gradient();
+  lrpe::softmax_attention_backward(q, k, v, out, d_out, std::span<const double>(lse), dq, dk, dvv, enc, opt, &grad);
+  std::printf("\"%s\": {\n", name);
+  put("out", out);
+  put("dq", dq);
+  put("dk", dk);
+  put("dv", dvv);
+  if constexpr (requires { grad.lambda; }) put("dparams", grad.lambda, false);
+  else put("dparams", grad, false);
+  std::printf("}%s\n", last ? "" : ",");
+}
+
+}  // namespace
+
+int main() {
+  lrpe::generator g(2026);
+  const M q = normal(g, n, d), k = normal(g, n, d), v = normal(g, n, dv), d_out = normal(g, n, dv);
+  const lrpe::canonical::t5_buckets bidirectional{8, 20, true}, causal_cfg{8, 20, false};
+  const M table = normal(g, 1, 8);
+  std::printf("{\n\"n\": %ld, \"d\": %ld, \"dv\": %ld,\n", static_cast<long>(n), static_cast<long>(d), static_cast<long>(dv));
+  put("q", q);
+  put("k", k);
+  put("v", v);
+  put("d_out", d_out);
+  put("t5_table", table);
+  std::printf("\"t5_buckets\": [8, 20],\n");
+  run("rope", lrpe::rope_neox<double>(d), true, q, k, v, d_out);
+  run("t5", lrpe::canonical::t5_bias<double>(d, bidirectional, table), false, q, k, v, d_out);
+  run("t5_causal", lrpe::canonical::t5_bias<double>(d, causal_cfg, table), true, q, k, v, d_out, true);
+  std::printf("}\n");
+}
