@@ -4,7 +4,8 @@
 
 Builds and runs bench/upstream/grad_dump.cpp (lrpe's reference backend, double), recomputes the
 same problems in float64 with autograd, through `transformers`' Llama `apply_rotary_pos_emb` /
-`rotate_half` and T5's `T5Attention._relative_position_bucket`, and prints, per case and
+`rotate_half` and T5's `T5Attention._relative_position_bucket` (URPE: the authors' order of
+operations, with T5's buckets), and prints, per case and
 gradient, max |lrpe - torch| / max |torch|. Bench-only: torch and transformers are never
 dependencies of lrpe or its tests (a venv: `python3 -m venv build/venv && build/venv/bin/pip
 install torch transformers`).
@@ -73,6 +74,24 @@ def t5_case(data, causal):
     return out, q.grad, k.grad, v.grad, table.grad
 
 
+def urpe_case(data):
+    """URPE as the authors compose it (lsj2408/URPE, fairseq/modules/multihead_attention.py):
+    softmax(q k^T * scaling + rel_pos_bias), times ur_rel_pos_bias, then @ v; both tables
+    gathered by T5's bidirectional buckets."""
+    n, d = data["n"], data["d"]
+    num_buckets, max_distance = data["t5_buckets"]
+    q, k, v = (t(data[x]).requires_grad_() for x in ("q", "k", "v"))
+    table = t(data["t5_table"][0]).requires_grad_()
+    c_table = t(data["urpe_table"][0]).requires_grad_()
+    rel = torch.arange(n)[None, :] - torch.arange(n)[:, None]
+    buckets = T5Attention._relative_position_bucket(rel, bidirectional=True, num_buckets=num_buckets,
+                                                    max_distance=max_distance)
+    weights = torch.softmax(q @ k.T * d ** -0.5 + table[buckets], dim=-1) * c_table[buckets]
+    out = weights @ v
+    (out * t(data["d_out"])).sum().backward()
+    return out, q.grad, k.grad, v.grad, table.grad, c_table.grad
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cxx", default="c++")
@@ -82,10 +101,13 @@ def main():
     print(f"torch {torch.__version__}, transformers {transformers.__version__}; float64; "
           "max |lrpe - torch| / max |torch|")
     worst = 0.0
-    for name, ref in (("rope", rope_case(data)), ("t5", t5_case(data, False)), ("t5_causal", t5_case(data, True))):
+    cases = (("rope", rope_case(data)), ("t5", t5_case(data, False)), ("t5_causal", t5_case(data, True)),
+             ("urpe", urpe_case(data)))
+    for name, ref in cases:
         ours = data[name]
         row = []
-        for label, key, want in zip(("O", "dQ", "dK", "dV", "params"), ("out", "dq", "dk", "dv", "dparams"), ref):
+        for label, key, want in zip(("O", "dQ", "dK", "dV", "params", "C"), ("out", "dq", "dk", "dv", "dparams", "dc"),
+                                    ref):
             got = t(ours[key]).reshape(want.shape)
             err = ((got - want).abs().max() / want.abs().max()).item()
             worst = max(worst, err)

@@ -8,8 +8,11 @@
 //   rope       causal, rope_neox (Llama's rotate_half pairing, base 10000, scale 1/√d): dQ, dK, dV, dθ
 //   t5         bidirectional T5 buckets (8 buckets, max distance 20), no scaling: dQ, dK, dV, d(table)
 //   t5_causal  the decoder's causal buckets, causal attention: the same
+//   urpe       URPE (Luo et al. 2022): the T5 bias above, then the softmax weights times
+//              C_st = c[bucket(t − s)] (a second table over the same buckets): also d(C)
 #include <lrpe/lrpe.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <span>
 #include <string>
@@ -64,6 +67,29 @@ void run(const char* name, const E& enc, bool causal, const M& q, const M& k, co
   std::printf("}%s\n", last ? "" : ",");
 }
 
+/// URPE: softmax(QKᵀ/√d + T5 bias) ∘ C, then V; the T5 table's gradient and C's.
+void run_urpe(const lrpe::canonical::t5_bias<double>& bias, const lrpe::canonical::urpe<double>& c, const M& q,
+              const M& k, const M& v, const M& d_out) {
+  lrpe::softmax_options<lrpe::canonical::urpe<double>> opt;
+  opt.scale = 1.0 / std::sqrt(static_cast<double>(d));
+  opt.reweight = c;
+  std::vector<double> dc = c.make_gradient();
+  opt.reweight_gradient = dc.data();
+  M out(n, dv), dq(n, d), dk(n, d), dvv(n, dv);
+  std::vector<double> lse(n);
+  lrpe::softmax_attention_lse(q, k, v, out, std::span<double>(lse), bias, opt);
+  auto grad = bias.make_gradient();
+  lrpe::softmax_attention_backward(q, k, v, out, d_out, std::span<const double>(lse), dq, dk, dvv, bias, opt, &grad);
+  std::printf("\"urpe\": {\n");
+  put("out", out);
+  put("dq", dq);
+  put("dk", dk);
+  put("dv", dvv);
+  put("dparams", grad);
+  put("dc", dc, false);
+  std::printf("},\n");
+}
+
 }  // namespace
 
 int main() {
@@ -71,13 +97,18 @@ int main() {
   const M q = normal(g, n, d), k = normal(g, n, d), v = normal(g, n, dv), d_out = normal(g, n, dv);
   const lrpe::canonical::t5_buckets bidirectional{8, 20, true}, causal_cfg{8, 20, false};
   const M table = normal(g, 1, 8);
+  M c_table(1, 8);
+  for (index_t j = 0; j < 8; ++j) c_table(0, j) = 1.0 + 0.25 * g.normal();
   std::printf("{\n\"n\": %ld, \"d\": %ld, \"dv\": %ld,\n", static_cast<long>(n), static_cast<long>(d), static_cast<long>(dv));
   put("q", q);
   put("k", k);
   put("v", v);
   put("d_out", d_out);
   put("t5_table", table);
+  put("urpe_table", c_table);
   std::printf("\"t5_buckets\": [8, 20],\n");
+  run_urpe(lrpe::canonical::t5_bias<double>(d, bidirectional, table), lrpe::canonical::urpe<double>(bidirectional, c_table),
+           q, k, v, d_out);
   run("rope", lrpe::rope_neox<double>(d), true, q, k, v, d_out);
   run("t5", lrpe::canonical::t5_bias<double>(d, bidirectional, table), false, q, k, v, d_out);
   run("t5_causal", lrpe::canonical::t5_bias<double>(d, causal_cfg, table), true, q, k, v, d_out, true);
