@@ -177,7 +177,7 @@ void check_case(const setup& c, const Encoding& encoding, const features_fn& fea
   CAPTURE(int(c.phi));
   CAPTURE(c.with_state);
   const index_t f = [&] {
-    if constexpr (lrpe::lrpe_encoder<Encoding>) return encoding.feature_dim();
+    if constexpr (requires { encoding.feature_dim(); }) return encoding.feature_dim();
     else return c.d;
   }();
   const auto q = uniform<T>(c.nq, c.d, seed), k = uniform<T>(c.nk, c.d, seed + 1);
@@ -470,4 +470,28 @@ TEST_CASE_TEMPLATE("linear backward, multi-head: grouped-query K/V (dK, dV summe
                                                        bnsh(dv_, kv_heads, dv), rope, phi, opt,
                                                        std::span<lrpe::encoder_gradient>(two)),
                        doctest::Contains("grads.size()"), lrpe::shape_error);
+}
+
+TEST_CASE_TEMPLATE("linear backward, cosFormer: dQ, dK, dV through its features [x sin a, x cos a] (causal or not, "
+                   "decay, a state)", T, float, double) {
+  setup c;
+  c.qp = offset(3, c.nq);
+  c.kp = offset(3, c.nk);
+  const double m = 7.0;
+  const lrpe::canonical::cosformer<T> cos_former(c.d, m);
+  const features_fn feat = [m](position_t s, const ld_vec& x) {
+    const ld a = ld(s) * std::acos(ld(-1)) / (2 * ld(m));
+    ld_vec out(2 * x.size());
+    out << x * std::sin(a), x * std::cos(a);
+    return out;
+  };
+  std::uint64_t seed = 950;
+  for (bool causal : {false, true}) {
+    c.causal = causal;
+    c.decay = causal ? 0.9 : 1.0;
+    check_case<T>(c, cos_former, feat, ++seed);
+  }
+  c.with_state = true;
+  c.p0 = 2;
+  check_case<T>(c, cos_former, feat, ++seed);
 }

@@ -394,3 +394,21 @@ TEST_CASE("SIMD linear backward: a learned decay's gradient (options.decay_gradi
   CHECK(std::abs(dl2 - dl1) <= kernel_vs_kernel<T>() * (1 + std::abs(dl1)));
   CHECK(diff(dq2, dq1) <= kernel_vs_kernel<T>());
 }
+
+TEST_CASE_TEMPLATE("SIMD linear backward == reference: cosFormer's features", T, float, double) {
+  const index_t n = 70, d = 16;
+  lrpe::generator g(24);
+  const rm<T> q = random_matrix<T>(g, n, d), k = random_matrix<T>(g, n, d), v = random_matrix<T>(g, n, d);
+  const rm<T> d_out = random_matrix<T>(g, n, d);
+  const lrpe::canonical::cosformer<T> enc(d, 64.0);
+  const lrpe::feature_maps::relu phi;
+  for (const bool causal : {false, true}) {
+    const lrpe::linear_options opt{.causal = causal, .norm = lrpe::normalisation::denominator, .eps = 1e-3};
+    rm<T> dq1(n, d), dk1(n, d), dv1(n, d), dq2 = dq1, dk2 = dk1, dv2 = dv1;
+    lrpe::linear_attention_backward(q, k, v, d_out, dq1, dk1, dv1, enc, phi, opt);
+    lrpe::linear_attention_backward(q, k, v, d_out, dq2, dk2, dv2, enc, phi, opt, nullptr, lrpe::backend::simd<>{});
+    CHECK(diff(dq2, dq1) <= kernel_vs_kernel<T>());
+    CHECK(diff(dk2, dk1) <= kernel_vs_kernel<T>());
+    CHECK(diff(dv2, dv1) <= kernel_vs_kernel<T>());
+  }
+}

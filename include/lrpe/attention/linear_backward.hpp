@@ -27,6 +27,12 @@ inline namespace v0 {
 
 namespace detail {
 
+/// A linearizable encoding without parameters whose features have a backward (cosFormer).
+template <class E, class T>
+concept has_features_backward = requires(const E& e, const T* g, position_t pos, T* dx) {
+  e.features_backward(canonical::side::query, g, pos, dx);
+};
+
 /// The backward on validated views: φ and the features, the kernel, then the encoder's and
 /// φ's backward, each through the backend's hooks (features, kernel, `encode_backward`). The
 /// features live in the backend's feature scratch; the kernel writes dφ(x) straight into dq and
@@ -39,6 +45,7 @@ void run_linear_backward(const matrix_view<const T>& q, const matrix_view<const 
                          const linear_state_gradient<T>* d_final, linear_state_gradient<T>* d_initial,
                          encoder_gradient* grad, Backend backend) {
   constexpr bool is_encoder = lrpe_encoder<Encoding>;
+  constexpr bool is_feature_encoding = has_features_backward<Encoding, T>;  // cosFormer
   const index_t d = q.cols;
   using backend::call_guard;
   [[maybe_unused]] const auto guard = call_guard(backend);  // e.g. a pool's shared workspace
@@ -52,7 +59,7 @@ void run_linear_backward(const matrix_view<const T>& q, const matrix_view<const 
   const positions qp = shifted(options.q_positions, q.rows, centre, q_shifted);
   const positions kp = shifted(options.k_positions, k.rows, centre, k_shifted);
   const index_t f = [&] {
-    if constexpr (is_encoder) return encoding.feature_dim();
+    if constexpr (is_encoder || is_feature_encoding) return encoding.feature_dim();
     else return d;
   }();
   using backend::acquire_feature_scratch;
@@ -73,18 +80,26 @@ void run_linear_backward(const matrix_view<const T>& q, const matrix_view<const 
     using backend::linear_features_kernel;
     linear_features_kernel(backend, encoding, phi, q, qp, canonical::side::query, fs.q);
     linear_features_kernel(backend, encoding, phi, k, kp, canonical::side::key, fs.k);
+    if constexpr (is_feature_encoding) {
+      dqf.resize(q.rows, f);
+      dkf.resize(k.rows, f);
+    }
   }
   backend::linear_problem<T> forward{matrix_view<const T>(fs.q), matrix_view<const T>(fs.k), v, matrix_view<T>{},
                                      options.q_positions, options.k_positions, options.causal, options.norm,
                                      options.eps, options.chunk};
+  constexpr bool via_features = is_encoder || is_feature_encoding;
   backend::linear_backward_problem<T> problem{forward,   d_out, options.decay, initial, d_final, d_initial,
-                                              is_encoder ? view(dqf) : dq, is_encoder ? view(dkf) : dk, dv,
+                                              via_features ? view(dqf) : dq, via_features ? view(dkf) : dk, dv,
                                               options.decay_gradient};
   using backend::linear_backward_kernel;
   linear_backward_kernel(backend, problem);
   if constexpr (is_encoder) {  // dφ(x) = the encoder's backward of the features' gradient
     encode_backward(backend, encoding, view(std::as_const(phi_q)), qp, view(std::as_const(dqf)), dq, grad);
     encode_backward(backend, encoding, view(std::as_const(phi_k)), kp, view(std::as_const(dkf)), dk, grad);
+  } else if constexpr (is_feature_encoding) {  // features linear in φ(x): no parameters
+    for (index_t i = 0; i < q.rows; ++i) encoding.features_backward(canonical::side::query, dqf.row(i).data(), qp[i], dq.row(i));
+    for (index_t i = 0; i < k.rows; ++i) encoding.features_backward(canonical::side::key, dkf.row(i).data(), kp[i], dk.row(i));
   }
   for (index_t i = 0; i < q.rows; ++i)
     for (index_t j = 0; j < d; ++j) dq.row(i)[j] *= static_cast<T>(phi.derivative(q.row(i)[j]));
@@ -98,9 +113,9 @@ void validate_linear_backward(const matrix_view<const T>& q, const matrix_view<c
                               const matrix_view<const T>& v, const matrix_view<T>& dq, const matrix_view<T>& dk,
                               const matrix_view<T>& dv, const Encoding& encoding, const encoder_gradient* grad,
                               const char* where) {
-  static_assert(std::is_same_v<Encoding, no_encoding> || lrpe_encoder<Encoding>,
-                "lrpe::linear_attention_backward: the encoding has no backward yet: no_encoding and every "
-                "lrpe::encoder have one (docs/training.md)");
+  static_assert(std::is_same_v<Encoding, no_encoding> || lrpe_encoder<Encoding> || has_features_backward<Encoding, T>,
+                "lrpe::linear_attention_backward: the encoding has no backward yet: no_encoding, every "
+                "lrpe::encoder and cosFormer have one (docs/training.md)");
   static_assert(differentiable_feature_map<Phi, T>,
                 "lrpe::linear_attention_backward: the feature map needs a member derivative(x) returning "
                 "phi'(x) (lrpe::differentiable_feature_map; lrpe's own maps have one)");
@@ -137,7 +152,8 @@ auto linear_backward_views(const Q& q_in, const K& k_in, const V& v_in, const DO
  *
  * @param q, k, v   the forward's inputs; @param d_out dL/dO (n_q×d_v).
  * @param dq, dk, dv outputs shaped as q, k, v; must not overlap the inputs.
- * @param encoding  `no_encoding{}` or any `lrpe::encoder`; @param phi a `differentiable_feature_map`.
+ * @param encoding  `no_encoding{}`, any `lrpe::encoder` or `canonical::cosformer`; @param phi a
+ *                  `differentiable_feature_map`.
  * @param options   the forward's (causal, normalisation, eps, decay, positions; chunk: the SIMD
  *                  kernel's, as in the forward).
  *
