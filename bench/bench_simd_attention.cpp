@@ -250,6 +250,20 @@ double run_timed(benchmark::State& state, double flops_per_call, int threads, F&
   return secs / calls;
 }
 
+/// The median of `calls` timed calls of f, after one untimed call (the backward benches' forward).
+template <class F>
+double median_call_seconds(F&& f, int calls) {
+  f();
+  std::vector<double> t;
+  for (int r = 0; r < calls; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::ranges::sort(t);
+  return t[t.size() / 2];
+}
+
 double softmax_flops(index_t n, bool causal) {
   const double pairs = causal ? 0.5 * static_cast<double>(n) * static_cast<double>(n + 1)
                               : static_cast<double>(n) * static_cast<double>(n);
@@ -290,14 +304,7 @@ void softmax_backward(benchmark::State& state) {
     lrpe::softmax_attention_lse(in.view(in.q), in.view(in.k), in.view(in.v), in.view(in.out), std::span<T>(lse),
                                 lrpe::no_encoding{}, opt, lrpe::backend::simd<>{});
   };
-  forward();
-  std::vector<double> fwd;
-  for (int r = 0; r < 5; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    forward();
-    fwd.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::ranges::sort(fwd);
+  const double t_forward = median_call_seconds(forward, 5);
   const auto backward = [&](auto backend) {
     lrpe::softmax_attention_backward(in.view(in.q), in.view(in.k), in.view(in.v), in.view(in.out), in.view(d_out),
                                      std::span<const T>(lse), in.view(dq), in.view(dk), in.view(dv), lrpe::no_encoding{},
@@ -307,7 +314,7 @@ void softmax_backward(benchmark::State& state) {
     if (simd) backward(lrpe::backend::simd<>{});
     else backward(lrpe::backend::reference{});
   });
-  state.counters["x_forward"] = secs / fwd[2];
+  state.counters["x_forward"] = secs / t_forward;
 }
 
 // Causal linear attention backward (issue 38): dQ, dK, dV of 8 heads (one call per head),
@@ -327,14 +334,7 @@ void linear_backward(benchmark::State& state) {
     lrpe::linear_attention(in.view(in.q), in.view(in.k), in.view(in.v), in.view(in.out), lrpe::no_encoding{}, phi, opt,
                            lrpe::backend::simd<>{});
   };
-  forward();
-  std::vector<double> fwd;
-  for (int r = 0; r < 5; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    forward();
-    fwd.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::ranges::sort(fwd);
+  const double t_forward = median_call_seconds(forward, 5);
   const auto backward = [&](auto backend) {
     for (index_t h = 0; h < heads; ++h)
       lrpe::linear_attention_backward(in.view(in.q).head(0, h), in.view(in.k).head(0, h), in.view(in.v).head(0, h),
@@ -345,7 +345,7 @@ void linear_backward(benchmark::State& state) {
     if (simd) backward(lrpe::backend::simd<>{});
     else backward(lrpe::backend::reference{});
   });
-  state.counters["x_forward"] = secs / fwd[2];
+  state.counters["x_forward"] = secs / t_forward;
 }
 
 // Decode: one query row per head (position n − 1, causal) over a KV cache of n keys, 8 heads in

@@ -93,6 +93,19 @@ inline std::vector<position_t> sorted_positions(lrpe::generator& g, index_t n, p
   return p;
 }
 
+/// The shape's positions in `opt` (softmax or linear options): the arrays qp and kp (which must
+/// outlive opt), or the shape's offsets.
+template <class Options>
+void set_positions(Options& opt, const shape& s, const std::vector<position_t>& qp, const std::vector<position_t>& kp) {
+  if (s.arrays) {
+    opt.q_positions = lrpe::positions(std::span<const position_t>(qp));
+    opt.k_positions = lrpe::positions(std::span<const position_t>(kp));
+  } else {
+    opt.q_positions = s.q_offset;
+    opt.k_positions = s.k_offset;
+  }
+}
+
 /// Runs reference and SIMD softmax on one shape with encoding `enc`; returns the difference.
 template <class T, class Enc, class Backend = lrpe::backend::simd<>>
 double softmax_case(const shape& s, const Enc& enc, std::uint64_t seed, Backend backend = {}) {
@@ -102,13 +115,7 @@ double softmax_case(const shape& s, const Enc& enc, std::uint64_t seed, Backend 
   lrpe::softmax_options<> opt;
   opt.causal = s.causal;
   opt.tile = 16;
-  if (s.arrays) {
-    opt.q_positions = lrpe::positions(std::span<const position_t>(qp));
-    opt.k_positions = lrpe::positions(std::span<const position_t>(kp));
-  } else {
-    opt.q_positions = s.q_offset;
-    opt.k_positions = s.k_offset;
-  }
+  set_positions(opt, s, qp, kp);
   rm<T> ref(s.nq, s.dv), out(s.nq, s.dv);
   out.setConstant(T(123));
   lrpe::softmax_attention(q, k, v, ref, enc, opt);

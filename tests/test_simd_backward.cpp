@@ -178,13 +178,7 @@ double softmax_backward_case(const shape& s, const Enc& enc, std::uint64_t seed,
   const auto qp = sorted_positions(g, s.nq, s.q_offset), kp = sorted_positions(g, s.nk, s.k_offset);
   lrpe::softmax_options<> opt;
   opt.causal = s.causal;
-  if (s.arrays) {
-    opt.q_positions = lrpe::positions(std::span<const position_t>(qp));
-    opt.k_positions = lrpe::positions(std::span<const position_t>(kp));
-  } else {
-    opt.q_positions = s.q_offset;
-    opt.k_positions = s.k_offset;
-  }
+  set_positions(opt, s, qp, kp);
   rm<T> out(s.nq, s.dv);
   std::vector<T> lse(static_cast<std::size_t>(s.nq));
   lrpe::softmax_attention_lse(q, k, v, out, std::span<T>(lse), enc, opt);

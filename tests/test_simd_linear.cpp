@@ -25,13 +25,7 @@ double linear_case(const shape& s, const Enc& enc, const Phi& phi, const linear_
   opt.norm = lo.norm;
   opt.chunk = lo.chunk;
   opt.decay = lo.decay;
-  if (s.arrays) {
-    opt.q_positions = lrpe::positions(std::span<const position_t>(qp));
-    opt.k_positions = lrpe::positions(std::span<const position_t>(kp));
-  } else {
-    opt.q_positions = s.q_offset;
-    opt.k_positions = s.k_offset;
-  }
+  set_positions(opt, s, qp, kp);
   rm<T> ref(s.nq, s.dv), out(s.nq, s.dv);
   out.setConstant(T(123));
   lrpe::linear_attention(q, k, v, ref, enc, phi, opt);
