@@ -406,3 +406,47 @@ TEST_CASE_TEMPLATE("SIMD linear backward == reference: cosFormer's features", T,
     CHECK(diff(dv2, dv1) <= kernel_vs_kernel<T>());
   }
 }
+
+TEST_CASE_TEMPLATE("SIMD softmax and linear backward == reference: Transformer-XL's features and parameters; Shaw "
+                   "and DeBERTa (the reference kernel)", T, float, double) {
+  const index_t n = 37, d = 8, dm = 12;
+  lrpe::generator g(25);
+  const rm<T> q = random_matrix<T>(g, n, d), k = random_matrix<T>(g, n, d), v = random_matrix<T>(g, n, d);
+  const rm<T> d_out = random_matrix<T>(g, n, d);
+  const lrpe::canonical::transformer_xl<T> xl(d, random_matrix<T>(g, 1, d), random_matrix<T>(g, 1, d),
+                                              random_matrix<T>(g, d, dm));
+  const lrpe::canonical::shaw<T> shaw(d, 4, random_matrix<T>(g, 9, d), random_matrix<T>(g, 9, d));
+  const lrpe::canonical::deberta_v2<T> deberta(d, 1, {8, 32}, random_matrix<T>(g, 16, d), random_matrix<T>(g, 16, d));
+  const auto both = [&](const auto& enc, auto&& backward) {
+    rm<T> dq1(n, d), dk1(n, d), dv1(n, d), dq2 = dq1, dk2 = dk1, dv2 = dv1;
+    auto g1 = enc.make_gradient(), g2 = enc.make_gradient();
+    backward(dq1, dk1, dv1, g1, lrpe::backend::reference{});
+    backward(dq2, dk2, dv2, g2, lrpe::backend::simd<>{});
+    CHECK(diff(dq2, dq1) <= kernel_vs_kernel<T>());
+    CHECK(diff(dk2, dk1) <= kernel_vs_kernel<T>());
+    CHECK(diff(dv2, dv1) <= kernel_vs_kernel<T>());
+    CHECK(vec_diff(g2, g1) <= 4 * n * kernel_vs_kernel<T>());  // sums of n·n terms of size ~1
+  };
+  for (const bool causal : {false, true}) {
+    CAPTURE(causal);
+    lrpe::softmax_options<> opt;
+    opt.causal = causal;
+    opt.q_positions = 1000;
+    opt.k_positions = 1000;
+    const auto softmax = [&](const auto& enc) {
+      both(enc, [&](rm<T>& dq, rm<T>& dk, rm<T>& dv, auto& grad, auto backend) {
+        rm<T> out(n, d);
+        lrpe::softmax_attention(q, k, v, out, enc, opt, backend);
+        lrpe::softmax_attention_backward(q, k, v, out, d_out, {}, dq, dk, dv, enc, opt, &grad, backend);
+      });
+    };
+    softmax(xl);
+    softmax(shaw);
+    softmax(deberta);
+    const lrpe::linear_options lopt{.causal = causal};
+    both(xl, [&](rm<T>& dq, rm<T>& dk, rm<T>& dv, auto& grad, auto backend) {
+      lrpe::linear_attention_backward(q, k, v, d_out, dq, dk, dv, xl, lrpe::feature_maps::identity{}, lopt, &grad,
+                                      backend);
+    });
+  }
+}

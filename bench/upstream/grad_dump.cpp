@@ -10,12 +10,17 @@
 //   t5_causal  the decoder's causal buckets, causal attention: the same
 //   urpe       URPE (Luo et al. 2022): the T5 bias above, then the softmax weights times
 //              C_st = c[bucket(t − s)] (a second table over the same buckets): also d(C)
+//   deberta    DeBERTa-v2's disentangled attention, 2 heads of d = 8, log buckets (8, 24), c2p and
+//              p2c, K_r and Q_r projected from 20 relative embeddings (pos_key_proj,
+//              pos_query_proj, with biases): dQ, dK, dV, dE, dW_k, db_k, dW_q, db_q
+//   deberta_shared  the same with share_att_key (the content projections project E)
 #include <lrpe/lrpe.hpp>
 
 #include <cmath>
 #include <cstdio>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -90,6 +95,48 @@ void run_urpe(const lrpe::canonical::t5_bias<double>& bias, const lrpe::canonica
   std::printf("},\n");
 }
 
+/**
+ * DeBERTa-v2 over 2 heads: the tables from the embeddings, the multi-head forward and backward
+ * (one gradient per head), then the tables' gradients through the projections. The scale is
+ * Hugging Face's: 1/√(3d) with the root taken in float32 (`scaled_size_sqrt`).
+ */
+void run_deberta(const char* name, lrpe::generator& g, bool last = false) {
+  constexpr index_t heads = 2, rows = 20;
+  const lrpe::canonical::deberta_buckets cfg{8, 24};
+  const M q = normal(g, heads * n, d), k = normal(g, heads * n, d), v = normal(g, heads * n, d);
+  const M d_out = normal(g, heads * n, d), e = normal(g, rows, heads * d);
+  const lrpe::canonical::linear_projection<double> key{normal(g, heads * d, heads * d), normal(g, heads * d, 1)};
+  const lrpe::canonical::linear_projection<double> query{normal(g, heads * d, heads * d), normal(g, heads * d, 1)};
+  const auto deberta = lrpe::canonical::deberta_v2<double>::from_embeddings(d, heads, cfg, e, key, query);
+  lrpe::softmax_options<> opt;
+  opt.scale = 1.0 / static_cast<double>(std::sqrt(static_cast<float>(3 * d)));
+  M out(heads * n, d), dq(heads * n, d), dk(heads * n, d), dvv(heads * n, d);
+  const auto bnsh = [](const M& m) { return lrpe::bnsh(m.data(), 1, heads, n, d); };
+  const auto mut = [](M& m) { return lrpe::bnsh(m.data(), 1, heads, n, d); };
+  lrpe::softmax_attention(bnsh(q), bnsh(k), bnsh(v), mut(out), deberta, opt);
+  std::vector<std::vector<double>> grads{deberta.head(0).make_gradient(), deberta.head(1).make_gradient()};
+  lrpe::softmax_attention_backward(bnsh(q), bnsh(k), bnsh(v), bnsh(out), bnsh(d_out), {}, mut(dq), mut(dk), mut(dvv),
+                                   deberta, opt, std::span(grads));
+  const auto tables = deberta.gradient_tables(grads);
+  const auto eg = lrpe::canonical::deberta_v2<double>::embeddings_backward(d, heads, cfg, e, key, query, tables);
+  std::printf("\"%s\": {\n", name);
+  for (const auto& [label, m] : {std::pair{"q", &q}, std::pair{"k", &k}, std::pair{"v", &v}, std::pair{"d_out", &d_out},
+                                 std::pair{"e", &e}, std::pair{"wk", &key.weight}, std::pair{"wq", &query.weight}})
+    put(label, *m);
+  put("bk", std::vector<double>(key.bias.data(), key.bias.data() + key.bias.size()));
+  put("bq", std::vector<double>(query.bias.data(), query.bias.data() + query.bias.size()));
+  put("out", out);
+  put("dq", dq);
+  put("dk", dk);
+  put("dv", dvv);
+  put("de", eg.rel_embeddings);
+  put("dwk", eg.key.weight);
+  put("dbk", std::vector<double>(eg.key.bias.data(), eg.key.bias.data() + eg.key.bias.size()));
+  put("dwq", eg.query.weight);
+  put("dbq", std::vector<double>(eg.query.bias.data(), eg.query.bias.data() + eg.query.bias.size()), false);
+  std::printf("}%s\n", last ? "" : ",");
+}
+
 }  // namespace
 
 int main() {
@@ -111,6 +158,8 @@ int main() {
            q, k, v, d_out);
   run("rope", lrpe::rope_neox<double>(d), true, q, k, v, d_out);
   run("t5", lrpe::canonical::t5_bias<double>(d, bidirectional, table), false, q, k, v, d_out);
-  run("t5_causal", lrpe::canonical::t5_bias<double>(d, causal_cfg, table), true, q, k, v, d_out, true);
+  run("t5_causal", lrpe::canonical::t5_bias<double>(d, causal_cfg, table), true, q, k, v, d_out);
+  run_deberta("deberta", g);
+  run_deberta("deberta_shared", g, true);
   std::printf("}\n");
 }

@@ -163,6 +163,30 @@ struct biased_logits {
 };
 
 /**
+ * The logits of an encoding with a direct score (Shaw, DeBERTa, a canonical form):
+ * scale·score(q_s, s, k_t, t) per entry, scaled in double and rounded once (a score past T's
+ * range whose scaled logit is not stays finite). Named so that a backend's backward recognises
+ * it (the reference's differentiates `score` through the encoding's `score_backward`).
+ */
+template <class T, class E>
+struct score_logits {
+  const E* encoding;
+  matrix_view<const T> q;
+  matrix_view<const T> k;
+  positions q_positions;
+  positions k_positions;
+  double scale;
+  template <class S>
+  void operator()(index_t i0, index_t i1, index_t j0, index_t j1, S& s) const {
+    for (index_t i = i0; i < i1; ++i) {
+      for (index_t j = j0; j < j1; ++j)
+        s(i - i0, j - j0) =
+            lrpe::detail::held_logit<T>(scale * encoding->score(q.row(i), q_positions[i], k.row(j), k_positions[j]));
+    }
+  }
+};
+
+/**
  * Scratch for the encoded Q and K (n×d_f each) of a linearizable encoding. The default owns two
  * matrices per call; a backend may overload `acquire_feature_scratch` (found by ADL on its tag)
  * to point `q` and `k` at memory it reuses across calls.

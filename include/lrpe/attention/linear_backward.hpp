@@ -27,12 +27,6 @@ inline namespace v0 {
 
 namespace detail {
 
-/// A linearizable encoding without parameters whose features have a backward (cosFormer).
-template <class E, class T>
-concept has_features_backward = requires(const E& e, const T* g, position_t pos, T* dx) {
-  e.features_backward(canonical::side::query, g, pos, dx);
-};
-
 /// The backward on validated views: φ and the features, the kernel, then the encoder's and
 /// φ's backward, each through the backend's hooks (features, kernel, `encode_backward`). The
 /// features live in the backend's feature scratch; the kernel writes dφ(x) straight into dq and
@@ -43,9 +37,9 @@ void run_linear_backward(const matrix_view<const T>& q, const matrix_view<const 
                          const matrix_view<T>& dv, const Encoding& encoding, const Phi& phi,
                          const linear_options& options, const linear_attention_state<T>* initial,
                          const linear_state_gradient<T>* d_final, linear_state_gradient<T>* d_initial,
-                         encoder_gradient* grad, Backend backend) {
+                         gradient_t<Encoding>* grad, Backend backend) {
   constexpr bool is_encoder = lrpe_encoder<Encoding>;
-  constexpr bool is_feature_encoding = has_features_backward<Encoding, T>;  // cosFormer
+  constexpr bool is_feature_encoding = has_features_backward<Encoding, T>;  // Transformer-XL, cosFormer
   const index_t d = q.cols;
   using backend::call_guard;
   [[maybe_unused]] const auto guard = call_guard(backend);  // e.g. a pool's shared workspace
@@ -65,8 +59,8 @@ void run_linear_backward(const matrix_view<const T>& q, const matrix_view<const 
   using backend::acquire_feature_scratch;
   backend::feature_scratch<T> fs;
   acquire_feature_scratch(backend, fs, q.rows, k.rows, f);
-  row_matrix<T> phi_q, phi_k, dqf, dkf;  // an encoder's input φ(x) and its features' gradients
-  if constexpr (is_encoder) {
+  row_matrix<T> phi_q, phi_k, dqf, dkf;  // the encoding's input φ(x) and its features' gradients
+  if constexpr (is_encoder || is_feature_encoding) {
     phi_q.resize(q.rows, d);
     phi_k.resize(k.rows, d);
     for (index_t i = 0; i < q.rows; ++i) apply_feature_map(phi, q.row(i), phi_q.row(i).data(), d);
@@ -80,10 +74,6 @@ void run_linear_backward(const matrix_view<const T>& q, const matrix_view<const 
     using backend::linear_features_kernel;
     linear_features_kernel(backend, encoding, phi, q, qp, canonical::side::query, fs.q);
     linear_features_kernel(backend, encoding, phi, k, kp, canonical::side::key, fs.k);
-    if constexpr (is_feature_encoding) {
-      dqf.resize(q.rows, f);
-      dkf.resize(k.rows, f);
-    }
   }
   backend::linear_problem<T> forward{matrix_view<const T>(fs.q), matrix_view<const T>(fs.k), v, matrix_view<T>{},
                                      options.q_positions, options.k_positions, options.causal, options.norm,
@@ -94,12 +84,11 @@ void run_linear_backward(const matrix_view<const T>& q, const matrix_view<const 
                                               options.decay_gradient};
   using backend::linear_backward_kernel;
   linear_backward_kernel(backend, problem);
-  if constexpr (is_encoder) {  // dφ(x) = the encoder's backward of the features' gradient
-    encode_backward(backend, encoding, view(std::as_const(phi_q)), qp, view(std::as_const(dqf)), dq, grad);
-    encode_backward(backend, encoding, view(std::as_const(phi_k)), kp, view(std::as_const(dkf)), dk, grad);
-  } else if constexpr (is_feature_encoding) {  // features linear in φ(x): no parameters
-    for (index_t i = 0; i < q.rows; ++i) encoding.features_backward(canonical::side::query, dqf.row(i).data(), qp[i], dq.row(i));
-    for (index_t i = 0; i < k.rows; ++i) encoding.features_backward(canonical::side::key, dkf.row(i).data(), kp[i], dk.row(i));
+  if constexpr (is_encoder || is_feature_encoding) {  // dφ(x) through the encoding, and its parameters
+    features_backward_rows(backend, encoding, canonical::side::query, view(std::as_const(phi_q)), qp,
+                           view(std::as_const(dqf)), dq, grad);
+    features_backward_rows(backend, encoding, canonical::side::key, view(std::as_const(phi_k)), kp,
+                           view(std::as_const(dkf)), dk, grad);
   }
   for (index_t i = 0; i < q.rows; ++i)
     for (index_t j = 0; j < d; ++j) dq.row(i)[j] *= static_cast<T>(phi.derivative(q.row(i)[j]));
@@ -111,16 +100,17 @@ void run_linear_backward(const matrix_view<const T>& q, const matrix_view<const 
 template <class T, class Encoding, class Phi>
 void validate_linear_backward(const matrix_view<const T>& q, const matrix_view<const T>& k,
                               const matrix_view<const T>& v, const matrix_view<T>& dq, const matrix_view<T>& dk,
-                              const matrix_view<T>& dv, const Encoding& encoding, const encoder_gradient* grad,
+                              const matrix_view<T>& dv, const Encoding& encoding, const gradient_t<Encoding>* grad,
                               const char* where) {
   static_assert(std::is_same_v<Encoding, no_encoding> || lrpe_encoder<Encoding> || has_features_backward<Encoding, T>,
-                "lrpe::linear_attention_backward: the encoding has no backward yet: no_encoding, every "
-                "lrpe::encoder and cosFormer have one (docs/training.md)");
+                "lrpe::linear_attention_backward: the encoding has no backward: no_encoding, every "
+                "lrpe::encoder, Transformer-XL and cosFormer have one; a user encoding needs "
+                "features_backward (docs/training.md)");
   static_assert(differentiable_feature_map<Phi, T>,
                 "lrpe::linear_attention_backward: the feature map needs a member derivative(x) returning "
                 "phi'(x) (lrpe::differentiable_feature_map; lrpe's own maps have one)");
   require_gradient_shapes(q, k, v, dq, dk, dv, where);
-  if constexpr (lrpe_encoder<Encoding>) encoding.check_gradient(grad, where);
+  check_encoding_gradient(encoding, grad, where);
 }
 
 /// The views of a backward call, converted and checked to share the scalar of q.
@@ -152,7 +142,8 @@ auto linear_backward_views(const Q& q_in, const K& k_in, const V& v_in, const DO
  *
  * @param q, k, v   the forward's inputs; @param d_out dL/dO (n_q×d_v).
  * @param dq, dk, dv outputs shaped as q, k, v; must not overlap the inputs.
- * @param encoding  `no_encoding{}`, any `lrpe::encoder` or `canonical::cosformer`; @param phi a
+ * @param encoding  `no_encoding{}`, any `lrpe::encoder`, `canonical::cosformer` or
+ *                  `canonical::transformer_xl` (its `make_gradient()` as grad); @param phi a
  *                  `differentiable_feature_map`.
  * @param options   the forward's (causal, normalisation, eps, decay, positions; chunk: the SIMD
  *                  kernel's, as in the forward).
@@ -168,7 +159,7 @@ template <class Q, class K, class V, class DO, class DQ, class DK, class DV, cla
   requires detail::matrix_input<Q> && detail::matrix_input<K> && detail::matrix_input<V> && detail::matrix_input<DO>
 void linear_attention_backward(const Q& q_in, const K& k_in, const V& v_in, const DO& d_out_in, DQ&& dq_in, DK&& dk_in,
                                DV&& dv_in, const Encoding& encoding, const Phi& phi, const linear_options& options = {},
-                               encoder_gradient* grad = nullptr, Backend backend = {}) {
+                               detail::gradient_t<Encoding>* grad = nullptr, Backend backend = {}) {
   constexpr const char* where = "lrpe::linear_attention_backward";
   using T = detail::input_scalar_t<Q>;
   const auto [q, k, v, d_out, dq, dk, dv] = detail::linear_backward_views(q_in, k_in, v_in, d_out_in, dq_in, dk_in, dv_in);
@@ -198,7 +189,7 @@ void linear_attention_backward(const Q& q_in, const K& k_in, const V& v_in, cons
                                const linear_attention_state<T>& initial,
                                const std::type_identity_t<linear_state_gradient<T>>* d_final,
                                std::type_identity_t<linear_state_gradient<T>>* d_initial, const linear_options& options,
-                               encoder_gradient* grad = nullptr, Backend backend = {}) {
+                               detail::gradient_t<Encoding>* grad = nullptr, Backend backend = {}) {
   constexpr const char* where = "lrpe::linear_attention_backward";
   const auto [q, k, v, d_out, dq, dk, dv] = detail::linear_backward_views(q_in, k_in, v_in, d_out_in, dq_in, dk_in, dv_in);
   static_assert(std::is_same_v<detail::input_scalar_t<Q>, T>,
@@ -221,7 +212,7 @@ void linear_attention_backward(const Q& q_in, const K& k_in, const V& v_in, cons
  * (or `options.decay`); dq per head, dk and dv summed over the query heads that read each K/V
  * head (grouped-query attention, as the multi-head forward). Heads run in order on the calling
  * thread.
- * @param grads none; one `encoder_gradient` for an encoder shared by every head (summed over
+ * @param grads none; one `make_gradient()` for an encoding shared by every head (summed over
  *              heads and batch); or one per head (q.heads of them) for per-head encoders.
  * `options.decay_gradient`: null, or q.heads doubles: dL/dλ_h added to entry h (summed over the
  * batch; with one λ for every head, its gradient is the entries' sum).
@@ -233,7 +224,7 @@ template <class TQ, class TK, class TV, class TD, class T, class Encodings, clas
 void linear_attention_backward(const heads_view<TQ>& q, const heads_view<TK>& k, const heads_view<TV>& v,
                                const heads_view<TD>& d_out, const heads_view<T>& dq, const heads_view<T>& dk,
                                const heads_view<T>& dv, const Encodings& encodings, const Phi& phi,
-                               const linear_options& options = {}, std::span<encoder_gradient> grads = {},
+                               const linear_options& options = {}, std::span<detail::gradient_t<detail::head_encoding_t<Encodings>>> grads = {},
                                Backend backend = {}) {
   constexpr const char* where = "lrpe::linear_attention_backward (multi-head)";
   static_assert(!std::is_const_v<T>, "lrpe::linear_attention_backward: dq, dk, dv must be mutable heads_views");

@@ -157,17 +157,9 @@ void run_softmax(const matrix_view<const T>& q, const matrix_view<const T>& k, c
                    backend::dot_logits<T>{matrix_view<const T>(fs.q), matrix_view<const T>(fs.k), scale}, value_term,
                    options.reweight);
   } else {
-    const auto& qp = options.q_positions;
-    const auto& kp = options.k_positions;
-    auto logits = [&](index_t i0, index_t i1, index_t j0, index_t j1, auto& S) {
-      for (index_t i = i0; i < i1; ++i) {
-        for (index_t j = j0; j < j1; ++j) {
-          // scaled in double, then rounded once: a score past T's range whose scaled logit is not
-          S(i - i0, j - j0) = lrpe::detail::held_logit<T>(scale_d * encoding.score(q.row(i), qp[i], k.row(j), kp[j]));
-        }
-      }
-    };
-    softmax_kernel(backend, problem, logits, value_term, options.reweight);
+    softmax_kernel(backend, problem,
+                   backend::score_logits<T, Encoding>{&encoding, q, k, options.q_positions, options.k_positions, scale_d},
+                   value_term, options.reweight);
   }
 }
 

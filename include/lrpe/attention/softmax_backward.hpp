@@ -9,10 +9,12 @@
  * | `no_encoding` | from dS | none |
  * | every `lrpe::encoder` | dS gives dQ̃, dK̃ (the features); `encoder::backward` gives dQ, dK | θ, Householder v, dense P (added to `grad`) |
  * | `additive_encoding` (ALiBi, T5, Toeplitz tables) | from dS (the bias does not depend on Q, K) | the head's slope or table row: dL/dbias(s, t) = dS_st |
+ * | `differentiable_score` (Shaw with a^V, DeBERTa) | `score_backward` per entry | its tables (`make_gradient()`) |
+ * | `has_features_backward` (Transformer-XL, cosFormer) | dS gives the features' gradients; `features_backward` gives dQ, dK | XL's u, v, W_R |
  *
  * URPE's reweighting C is differentiated through, and its table gets a gradient where
- * `options.reweight_gradient` asks for one. Other encodings (Shaw,
- * DeBERTa, Transformer-XL, cosFormer, value terms) are a compile error naming what is missing.
+ * `options.reweight_gradient` asks for one. Another encoding is a compile error naming what it
+ * lacks.
  * The multi-head forms take `heads_view`s, grouped-query K/V included (dK, dV summed over each
  * K/V head's query heads).
  */
@@ -79,6 +81,58 @@ struct gradient_of<E> {
 template <class E>
 using gradient_t = typename gradient_of<E>::type;
 
+/**
+ * A linearizable encoding whose features have a backward (Transformer-XL, cosFormer):
+ * `features_backward(side, x, g, pos, dx, grad)` writes dx = (∂φ_side(x, pos)/∂x)ᵀ g (dim()
+ * entries, from the feature_dim() entries of g) and, when `grad` is not null, adds the
+ * parameters' gradient to it (`parameter_count()` entries; none for cosFormer).
+ */
+template <class E, class T>
+concept has_features_backward = requires(const E& e, const T* x, position_t pos, T* dx, double* grad) {
+  e.features_backward(canonical::side::query, x, x, pos, dx, grad);
+};
+
+/// True for an encoding with parameters of its own (`parameter_count()`, a vector gradient).
+template <class E>
+inline constexpr bool has_parameter_vector_v = requires(const E& e) {
+  { e.parameter_count() } -> std::convertible_to<index_t>;
+  { e.make_gradient() } -> std::same_as<std::vector<double>>;
+};
+
+/// `grad`'s entries for an encoding with a parameter vector (null when there is none).
+template <class E, class G>
+double* parameter_data(G* grad) {
+  if constexpr (has_parameter_vector_v<E>) return grad != nullptr ? grad->data() : nullptr;
+  else return nullptr;
+}
+
+/// grad: null, or `make_gradient()`-shaped (an encoder's, or an encoding's parameter vector).
+template <class Encoding>
+void check_encoding_gradient(const Encoding& encoding, const gradient_t<Encoding>* grad, const char* where) {
+  if constexpr (lrpe_encoder<Encoding>) {
+    encoding.check_gradient(grad, where);
+  } else if constexpr (has_parameter_vector_v<Encoding>) {
+    if (grad != nullptr)
+      require_equal(static_cast<index_t>(grad->size()), encoding.parameter_count(), where, "grad->size()",
+                    "encoding.parameter_count()");
+  }
+}
+
+/// The features' backward of rows x at `pos`: dx (written) from the features' gradient g, and
+/// the parameters' gradient (an encoder's `encode_backward`, or the encoding's `features_backward`).
+template <class T, class Encoding, class Backend>
+void features_backward_rows(const Backend& backend, const Encoding& encoding, canonical::side which,
+                            const matrix_view<const T>& x, const positions& pos, const matrix_view<const T>& g,
+                            const matrix_view<T>& dx, gradient_t<Encoding>* grad) {
+  if constexpr (lrpe_encoder<Encoding>) {
+    (void)which;
+    encode_backward(backend, encoding, x, pos, g, dx, grad);
+  } else {
+    double* params = parameter_data<Encoding>(grad);
+    for (index_t i = 0; i < x.rows; ++i) encoding.features_backward(which, x.row(i), g.row(i), pos[i], dx.row(i), params);
+  }
+}
+
 /// The encoding of one head of a multi-head call (the element of a range, a table's head, …).
 template <class Encodings>
 using head_encoding_t = std::remove_cvref_t<decltype(head_encoding(std::declval<const Encodings&>(), 0, 1, ""))>;
@@ -93,8 +147,8 @@ inline positions shifted(const positions& pos, index_t rows, position_t centre, 
 }
 
 /**
- * The backward through an encoder: Q and K encoded, the kernel on the features, then the
- * encoder's backward to dq, dk and the parameters. The logits depend on t − s only, so Q and K
+ * The backward through an encoder or a feature encoding (Transformer-XL, cosFormer): Q and K
+ * encoded, the kernel on the features, then the features' backward to dq, dk and the parameters. The logits depend on t − s only, so Q and K
  * are encoded at positions shifted by the first query's: the same scores, and dL/dθ = Σ s·(…)
  * over rows at |s| ≤ the call's span instead of at |s| up to 2^63, where the sums over Q and
  * over K cancel to the few digits left.
@@ -102,7 +156,7 @@ inline positions shifted(const positions& pos, index_t rows, position_t centre, 
 template <class T, class Encoding, class Reweight, class Backend>
 void softmax_backward_encoded(const matrix_view<const T>& q, const matrix_view<const T>& k, const matrix_view<T>& dq,
                               const matrix_view<T>& dk, const Encoding& encoding,
-                              const softmax_options<Reweight>& options, T scale, encoder_gradient* grad,
+                              const softmax_options<Reweight>& options, T scale, gradient_t<Encoding>* grad,
                               backend::softmax_backward_problem<T> problem, const Backend& backend) {
   const position_t centre = options.q_positions[0];
   std::vector<position_t> q_shifted, k_shifted;
@@ -121,8 +175,8 @@ void softmax_backward_encoded(const matrix_view<const T>& q, const matrix_view<c
   const backend::dot_logits<T> content{matrix_view<const T>(fs.q), matrix_view<const T>(fs.k), scale};
   using backend::softmax_backward_kernel;
   softmax_backward_kernel(backend, problem, content, content, options.reweight);
-  encode_backward(backend, encoding, q, qp, view(std::as_const(dqf)), dq, grad);
-  encode_backward(backend, encoding, k, kp, view(std::as_const(dkf)), dk, grad);
+  features_backward_rows(backend, encoding, canonical::side::query, q, qp, view(std::as_const(dqf)), dq, grad);
+  features_backward_rows(backend, encoding, canonical::side::key, k, kp, view(std::as_const(dkf)), dk, grad);
 }
 
 /**
@@ -191,7 +245,7 @@ void require_head_gradients(std::size_t count, index_t heads, const char* where)
 }  // namespace detail
 
 /// The gradient type of an encoding (`make_gradient()`): `encoder_gradient` for encoders,
-/// `std::vector<double>` for a learnable additive bias (ALiBi, T5, Toeplitz).
+/// `std::vector<double>` for an encoding with tables (ALiBi, T5, Toeplitz, Shaw, DeBERTa, XL).
 template <class Encoding>
 using encoding_gradient_t = detail::gradient_t<Encoding>;
 
@@ -207,7 +261,8 @@ using encoding_gradient_t = detail::gradient_t<Encoding>;
  * @param dq, dk, dv outputs, shaped as q, k, v; must not overlap the inputs.
  * @param encoding, options  as given to the forward (same positions, causal, scale, reweighting).
  * @param grad      null, or `encoding.make_gradient()`-shaped: an `encoder_gradient` for an
- *                  `lrpe::encoder`, a vector for a learnable additive encoding (added to).
+ *                  `lrpe::encoder`, a vector for an encoding with tables (ALiBi, T5, Toeplitz,
+ *                  Shaw, DeBERTa, Transformer-XL) (added to).
  * @param backend   a backend with `softmax_backward_kernel` (the reference; `simd<A>` and
  *                  `simd_policy<A>` run their own kernel, backend/simd/softmax_backward.hpp).
  *
@@ -242,21 +297,20 @@ void softmax_attention_backward(const Q& q_in, const K& k_in, const V& v_in, con
                 "lrpe::softmax_attention_backward: every matrix must have the scalar type of q");
   detail::require_softmax_types<T, Encoding, Reweight>();
   constexpr bool is_none = std::is_same_v<Encoding, no_encoding>;
-  constexpr bool is_encoder = lrpe_encoder<Encoding>;
-  static_assert(is_none || is_encoder || (additive_encoding<Encoding> && !value_encoding<Encoding>),
-                "lrpe::softmax_attention_backward: the encoding has no backward yet: no_encoding, every "
-                "lrpe::encoder and additive encodings (ALiBi, T5, Toeplitz tables) have one (docs/training.md)");
+  constexpr bool is_featured = lrpe_encoder<Encoding> || detail::has_features_backward<Encoding, T>;
+  constexpr bool is_additive = additive_encoding<Encoding> && !value_encoding<Encoding>;
+  constexpr bool is_score = !is_featured && !is_additive && differentiable_score<Encoding> &&
+                            (!value_encoding<Encoding> || differentiable_value_term<Encoding>);
+  static_assert(is_none || is_featured || is_additive || is_score,
+                "lrpe::softmax_attention_backward: the encoding has no backward: no_encoding, every "
+                "lrpe::encoder, additive encodings (ALiBi, T5, Toeplitz tables), Shaw, DeBERTa, "
+                "Transformer-XL and cosFormer have one; a user encoding needs score_backward "
+                "(lrpe::differentiable_score) or features_backward (docs/training.md)");
   // out is read; the forward's validation wants a mutable view of the same shape
   const matrix_view<T> out_shape(const_cast<T*>(out.data), out.rows, out.cols, out.row_stride);
   detail::validate_softmax(q, k, v, out_shape, encoding, options, where);
   detail::validate_softmax_backward(q, k, v, d_out, lse, dq, dk, dv, where);
-  if constexpr (is_encoder) {
-    encoding.check_gradient(grad, where);
-  } else if constexpr (backend::learnable_bias_v<backend::biased_logits<T, Encoding>>) {
-    if (grad != nullptr)
-      detail::require_equal(static_cast<index_t>(grad->size()), encoding.parameter_count(), where, "grad->size()",
-                            "encoding.parameter_count()");
-  }
+  detail::check_encoding_gradient(encoding, grad, where);
   if constexpr (!backend::learnable_reweight_v<Reweight>) {
     detail::require_parameter(options.reweight_gradient == nullptr, where, "options.reweight_gradient",
                               "must be null: the reweighting has no parameters", "non-null");
@@ -284,8 +338,14 @@ void softmax_attention_backward(const Q& q_in, const K& k_in, const V& v_in, con
   if constexpr (is_none) {
     const backend::dot_logits<T> content{q, k, scale};
     softmax_backward_kernel(backend, problem, content, content, options.reweight);
-  } else if constexpr (is_encoder) {
+  } else if constexpr (is_featured) {
     detail::softmax_backward_encoded(q, k, dq, dk, encoding, options, scale, grad, problem, backend);
+  } else if constexpr (is_score) {  // dq, dk and the tables' gradient from score_backward
+    problem.bias_grad = detail::parameter_data<Encoding>(grad);
+    softmax_backward_kernel(backend, problem, backend::dot_logits<T>{q, k, scale},
+                            backend::score_logits<T, Encoding>{&encoding, q, k, options.q_positions,
+                                                               options.k_positions, scale_d},
+                            options.reweight);
   } else {
     if constexpr (backend::learnable_bias_v<backend::biased_logits<T, Encoding>>) {
       if (grad != nullptr) problem.bias_grad = grad->data();

@@ -96,8 +96,9 @@ class cosformer {
       out[d_ + j] = x[j] * cs;
     }
   }
-  /// The features' backward (no parameters): dx = g[0:d) sin a_i + g[d:2d) cos a_i, for either side.
-  void features_backward(side, const T* g, position_t position, T* dx) const noexcept {
+  /// The features' backward (no parameters, so x and grad are not read): dx = g[0:d) sin a_i +
+  /// g[d:2d) cos a_i, for either side.
+  void features_backward(side, const T* /*x*/, const T* g, position_t position, T* dx, double* /*grad*/) const noexcept {
     const auto a = lrpe::detail::angle_cos_sin(position, theta_);
     const auto sn = static_cast<T>(a.s), cs = static_cast<T>(a.c);
     for (index_t j = 0; j < d_; ++j) dx[j] = g[j] * sn + g[d_ + j] * cs;

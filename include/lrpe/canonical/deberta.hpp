@@ -23,6 +23,12 @@
  * Q_r = query_proj(rel_embeddings) are 2·span × (heads·d), head h in columns [h·d, (h+1)·d)
  * (HF's layout before `transpose_for_scores`). `from_embeddings` projects them; DeBERTa-v3's
  * `share_att_key` means passing the content projections W_k, W_q there.
+ *
+ * Gradient (`score_backward`, through attention's backward): a head's parameters, laid out as
+ * [K_r's columns of head h (2·span × d, row-major) if c2p, then Q_r's if p2c].
+ * `gradient_tables` gathers the heads' into K_r's and Q_r's shapes, and `embeddings_backward`
+ * takes those through `from_embeddings`' projections (the relative embeddings, W and b; with
+ * share_att_key, W's gradient adds to the content projection's).
  */
 #pragma once
 
@@ -33,6 +39,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <span>
+#include <vector>
 
 namespace lrpe {
 inline namespace v0 {
@@ -50,6 +58,19 @@ template <real_scalar T>
 struct linear_projection {
   row_matrix<T> weight;
   dense_vector<T> bias = {};
+};
+
+/// DeBERTa's table gradients in the constructor's shapes (`gradient_tables`); a table whose
+/// term is disabled is empty.
+struct deberta_gradient {
+  row_matrix<double> pos_key, pos_query;
+};
+
+/// The gradients of `from_embeddings`' inputs (`embeddings_backward`).
+struct deberta_embeddings_gradient {
+  row_matrix<double> rel_embeddings;  ///< rel_embeddings' shape (rows past 2·span: zero)
+  linear_projection<double> key;      ///< dW_k, db_k (empty without c2p)
+  linear_projection<double> query;    ///< dW_q, db_q (empty without p2c)
 };
 
 template <real_scalar T>
@@ -158,6 +179,93 @@ class deberta_v2 {
   /// 1/√(d·(1 + #position terms)): 1/√(3d) with c2p and p2c.
   [[nodiscard]] double default_scale(index_t d) const noexcept {
     return 1.0 / std::sqrt(static_cast<double>(d) * static_cast<double>(1 + terms_.count()));
+  }
+
+  /// This head's parameter count: 2·span·d per enabled term.
+  [[nodiscard]] index_t parameter_count() const noexcept { return terms_.count() * 2 * cfg_.span() * d_; }
+  /// A zeroed gradient of this head's parameters (the layout of the file comment).
+  [[nodiscard]] std::vector<double> make_gradient() const {
+    return std::vector<double>(static_cast<std::size_t>(parameter_count()), 0.0);
+  }
+
+  /**
+   * The score's backward: dq += g·(k + K_r[c]), dk += g·(q + Q_r[c]), and this head's K_r[c]
+   * and Q_r[c] gradients += g·q and g·k (terms as configured).
+   */
+  void score_backward(const T* q, position_t s, const T* k, position_t t, double g, T* dq, T* dk,
+                      double* grad) const noexcept {
+    const position_t delta = saturating_offset(s, t);
+    const index_t c = table_index(delta), block = 2 * cfg_.span() * d_;
+    const T* kr = key_vector(delta);
+    const T* qr = query_vector(delta);
+    double* gk = grad != nullptr && terms_.c2p ? grad + c * d_ : nullptr;
+    double* gq = grad != nullptr && terms_.p2c ? grad + (terms_.c2p ? block : 0) + c * d_ : nullptr;
+    for (index_t i = 0; i < d_; ++i) {
+      const double qi = q[i], ki = k[i];
+      dq[i] += static_cast<T>(g * (ki + (kr != nullptr ? static_cast<double>(kr[i]) : 0.0)));
+      dk[i] += static_cast<T>(g * (qi + (qr != nullptr ? static_cast<double>(qr[i]) : 0.0)));
+      if (gk != nullptr) gk[i] += g * qi;
+      if (gq != nullptr) gq[i] += g * ki;
+    }
+  }
+
+  /// Every head's gradient (`make_gradient()` of heads 0 … heads() − 1) as K_r and Q_r, each
+  /// 2·span × (heads·d) (empty for a disabled term).
+  [[nodiscard]] deberta_gradient gradient_tables(std::span<const std::vector<double>> per_head) const {
+    constexpr const char* where = "lrpe::canonical::deberta_v2::gradient_tables";
+    lrpe::detail::require_shape(static_cast<index_t>(per_head.size()) == heads_, where, "per_head.size()",
+                                lrpe::detail::lazy_concat("must equal heads() = ", heads_), per_head.size());
+    const index_t rows = 2 * cfg_.span(), block = rows * d_;
+    deberta_gradient out;
+    if (terms_.c2p) out.pos_key = row_matrix<double>::Zero(rows, heads_ * d_);
+    if (terms_.p2c) out.pos_query = row_matrix<double>::Zero(rows, heads_ * d_);
+    for (index_t h = 0; h < heads_; ++h) {
+      const auto& g = per_head[static_cast<std::size_t>(h)];
+      lrpe::detail::require_shape(static_cast<index_t>(g.size()) == parameter_count(), where, "per_head[h].size()",
+                                  lrpe::detail::lazy_concat("must equal parameter_count() = ", parameter_count()),
+                                  g.size());
+      index_t at = 0;
+      for (auto* table : {&out.pos_key, &out.pos_query}) {
+        if (table->size() == 0) continue;
+        for (index_t c = 0; c < rows; ++c)
+          for (index_t i = 0; i < d_; ++i) (*table)(c, h * d_ + i) = g[static_cast<std::size_t>(at + c * d_ + i)];
+        at += block;
+      }
+    }
+    return out;
+  }
+
+  /**
+   * The backward of `from_embeddings`: with K_r = E·W_k + b_k (E: the first 2·span rows),
+   * dE = dK_r·W_kᵀ + dQ_r·W_qᵀ, dW_k = Eᵀ·dK_r, db_k = Σ_rows dK_r (likewise for Q_r).
+   * @param tables the tables' gradient (`gradient_tables`); the other arguments as given to
+   *               `from_embeddings`.
+   * @throws shape_error on shapes that `from_embeddings` would reject, or tables of another shape.
+   */
+  [[nodiscard]] static deberta_embeddings_gradient embeddings_backward(
+      index_t d, index_t heads, deberta_buckets cfg, const row_matrix<T>& rel_embeddings,
+      const linear_projection<T>& key, const linear_projection<T>& query, const deberta_gradient& tables,
+      deberta_terms terms = {}) {
+    constexpr const char* where = "lrpe::canonical::deberta_v2::embeddings_backward";
+    require_sizes(d, heads, where);
+    cfg.validate(where);
+    const index_t rows = 2 * cfg.span();
+    lrpe::detail::require_shape(rel_embeddings.rows() >= rows, where, "rel_embeddings.rows()",
+                                lrpe::detail::lazy_concat("must be >= 2*span = ", rows), rel_embeddings.rows());
+    deberta_embeddings_gradient out{row_matrix<double>::Zero(rel_embeddings.rows(), rel_embeddings.cols()), {}, {}};
+    const row_matrix<double> e = rel_embeddings.topRows(rows).template cast<double>();
+    auto back = [&](bool on, const linear_projection<T>& p, const row_matrix<double>& dt, const char* arg,
+                    linear_projection<double>& g) {
+      if (!on) return;
+      detail_::require_table_shape(p.weight, rel_embeddings.cols(), heads * d, where, arg);
+      detail_::require_table_shape(dt, rows, heads * d, where, "tables");
+      out.rel_embeddings.topRows(rows) += dt * p.weight.template cast<double>().transpose();
+      g.weight = e.transpose() * dt;
+      if (p.bias.size() != 0) g.bias = dt.colwise().sum().transpose();
+    };
+    back(terms.c2p, key, tables.pos_key, "key.weight", out.key);
+    back(terms.p2c, query, tables.pos_query, "query.weight", out.query);
+    return out;
   }
 
   /// Canonical form, always with three terms (a disabled term has a zero W).

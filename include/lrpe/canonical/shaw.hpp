@@ -10,6 +10,10 @@
  *
  * Layout: a^K and a^V are (2r+1) × d, row j holding offset j − r; as in the paper they are shared
  * by all heads (one object serves every head).
+ *
+ * Gradient (`score_backward`, `accumulate_value_gradient`, through attention's backward):
+ * [a^K ((2r+1)·d), then a^V ((2r+1)·d) when there is a value table], each row-major as the
+ * tables; `key_gradient` and `value_gradient` view them as matrices.
  */
 #pragma once
 
@@ -18,6 +22,7 @@
 #include <lrpe/canonical/detail/common.hpp>
 
 #include <limits>
+#include <vector>
 
 namespace lrpe {
 inline namespace v0 {
@@ -77,6 +82,50 @@ class shaw {
     for (index_t i = 0; i < d_; ++i) out[i] += w * a[i];
   }
 
+  /// (2r+1)·d for a^K, and as many for a^V when there is a value table.
+  [[nodiscard]] index_t parameter_count() const noexcept {
+    return (has_value_table() ? 2 : 1) * key_->size();
+  }
+  /// A zeroed gradient (the layout of the file comment).
+  [[nodiscard]] std::vector<double> make_gradient() const {
+    return std::vector<double>(static_cast<std::size_t>(parameter_count()), 0.0);
+  }
+  /// a^K's part of a gradient, as a (2r+1) × d matrix.
+  [[nodiscard]] Eigen::Map<row_matrix<double>> key_gradient(std::vector<double>& grad) const {
+    return {part(grad, 0), key_->rows(), d_};
+  }
+  /// a^V's part of a gradient, as a (2r+1) × d matrix.
+  /// @throws parameter_error when there is no value table.
+  [[nodiscard]] Eigen::Map<row_matrix<double>> value_gradient(std::vector<double>& grad) const {
+    lrpe::detail::require_parameter(has_value_table(), "lrpe::canonical::shaw::value_gradient", "value_table",
+                                    "must not be empty (a^V has no gradient without it)", "empty");
+    return {part(grad, key_->size()), key_->rows(), d_};
+  }
+
+  /// The score's backward: dq += g·(k + a^K), dk += g·q, and a^K_{clip(t−s, r)}'s gradient += g·q.
+  void score_backward(const T* q, position_t s, const T* k, position_t t, double g, T* dq, T* dk,
+                      double* grad) const noexcept {
+    const position_t delta = saturating_offset(s, t);
+    const T* a = key_vector(delta);
+    double* ga = grad != nullptr ? grad + row_of(delta) * d_ : nullptr;
+    for (index_t i = 0; i < d_; ++i) {
+      dq[i] += static_cast<T>(g * (static_cast<double>(k[i]) + a[i]));
+      dk[i] += static_cast<T>(g * q[i]);
+      if (ga != nullptr) ga[i] += g * q[i];
+    }
+  }
+  /// g·a^V_{clip(t−s, r)} (0 without a value table).
+  [[nodiscard]] double value_term_dot(position_t s, position_t t, const T* g) const noexcept {
+    const T* a = value_vector(saturating_offset(s, t));
+    return a == nullptr ? 0.0 : detail_::dot(g, a, d_);
+  }
+  /// a^V_{clip(t−s, r)}'s gradient += w·g (nothing without a value table).
+  void accumulate_value_gradient(position_t s, position_t t, double w, const T* g, double* grad) const noexcept {
+    if (!has_value_table()) return;
+    double* ga = grad + key_->size() + row_of(saturating_offset(s, t)) * d_;
+    for (index_t i = 0; i < d_; ++i) ga[i] += w * g[i];
+  }
+
   [[nodiscard]] auto canonical() const {
     auto column = [v = *this](position_t delta, T* a) {
       const T* src = v.key_vector(delta);
@@ -87,6 +136,14 @@ class shaw {
   }
 
  private:
+  [[nodiscard]] index_t row_of(position_t delta) const noexcept { return static_cast<index_t>(clip(delta, r_) + r_); }
+  double* part(std::vector<double>& grad, index_t first) const {
+    lrpe::detail::require_shape(static_cast<index_t>(grad.size()) == parameter_count(), "lrpe::canonical::shaw",
+                                "grad.size()", lrpe::detail::lazy_concat("must equal parameter_count() = ", parameter_count()),
+                                grad.size());
+    return grad.data() + first;
+  }
+
   index_t d_;
   position_t r_;
   detail_::shared_table<row_matrix<T>> key_, value_;

@@ -22,6 +22,10 @@
  *
  * Layout: u and v are heads × d (r_w_bias, r_r_bias); W_R is (heads·d) × D, `r_net.weight` as
  * PyTorch stores it (out × in): row h·d + i is output feature i of head h.
+ *
+ * Gradient (`features_backward`, through attention's backward): a head's parameters, laid out
+ * as [u_h (d), v_h (d), W_R's rows of head h (d × D, row-major)]; `gradient_tables` gathers
+ * the heads' into the constructor's shapes.
  */
 #pragma once
 
@@ -31,10 +35,17 @@
 #include <lrpe/detail/angle.hpp>
 
 #include <cmath>
+#include <span>
+#include <vector>
 
 namespace lrpe {
 inline namespace v0 {
 namespace canonical {
+
+/// Transformer-XL's parameter gradients in the constructor's shapes (`gradient_tables`).
+struct transformer_xl_gradient {
+  row_matrix<double> u, v, w_r;
+};
 
 template <real_scalar T>
 class transformer_xl {
@@ -133,6 +144,35 @@ class transformer_xl {
         term(shift_map<T>(p_->v.row(h_).transpose()), column_op<T, decltype(column)>(d_, column), one_map<T>(d_)));
   }
 
+  /// This head's parameter count: u_h, v_h and W_R's d rows, 2d + d·D.
+  [[nodiscard]] index_t parameter_count() const noexcept { return d_ * (2 + model_dim()); }
+  /// A zeroed gradient of this head's parameters (the layout of the file comment).
+  [[nodiscard]] std::vector<double> make_gradient() const {
+    return std::vector<double>(static_cast<std::size_t>(parameter_count()), 0.0);
+  }
+  /// Every head's gradient (`make_gradient()` of heads 0 … heads() − 1, or one for a
+  /// single-head encoding) as u, v and W_R shaped as the constructor takes them.
+  [[nodiscard]] transformer_xl_gradient gradient_tables(std::span<const std::vector<double>> per_head) const {
+    constexpr const char* where = "lrpe::canonical::transformer_xl::gradient_tables";
+    const index_t heads = this->heads(), dm = model_dim();
+    lrpe::detail::require_shape(static_cast<index_t>(per_head.size()) == heads, where, "per_head.size()",
+                                lrpe::detail::lazy_concat("must equal heads() = ", heads), per_head.size());
+    transformer_xl_gradient out{row_matrix<double>(heads, d_), row_matrix<double>(heads, d_),
+                                row_matrix<double>(heads * d_, dm)};
+    for (index_t h = 0; h < heads; ++h) {
+      const auto& g = per_head[static_cast<std::size_t>(h)];
+      lrpe::detail::require_shape(static_cast<index_t>(g.size()) == parameter_count(), where, "per_head[h].size()",
+                                  lrpe::detail::lazy_concat("must equal parameter_count() = ", parameter_count()),
+                                  g.size());
+      for (index_t i = 0; i < d_; ++i) {
+        out.u(h, i) = g[static_cast<std::size_t>(i)];
+        out.v(h, i) = g[static_cast<std::size_t>(d_ + i)];
+        for (index_t j = 0; j < dm; ++j) out.w_r(h * d_ + i, j) = g[static_cast<std::size_t>(2 * d_ + i * dm + j)];
+      }
+    }
+    return out;
+  }
+
   /// d + D.
   [[nodiscard]] index_t feature_dim() const noexcept { return d_ + model_dim(); }
   /// φ_q(x, s) = [x + u, a_sin∘sin sω + a_cos∘cos sω, a_cos∘sin sω − a_sin∘cos sω], a = W_Rᵀ(x + v);
@@ -163,6 +203,40 @@ class transformer_xl {
       const auto [cs, sn] = lrpe::detail::angle_cos_sin(position, inv[k]);
       out[d_ + k] = static_cast<T>(a_sin * sn + a_cos * cs);
       out[d_ + half + k] = static_cast<T>(a_cos * sn - a_sin * cs);
+    }
+  }
+  /**
+   * The features' backward: dx = (∂φ(x, position)/∂x)ᵀ g (d entries from d + D) and, for the
+   * query side with `grad` not null, this head's du, dv, dW_R added to `grad`. With (g₁, g₂) the
+   * position half of g: da_sin = g₁∘sin − g₂∘cos, da_cos = g₁∘cos + g₂∘sin; then
+   * dx = g[0:d) + W_R (da_sin, da_cos), du = g[0:d), dv = W_R (da_sin, da_cos),
+   * dW_R += (x + v)(da_sin, da_cos)ᵀ. The key side has no parameters.
+   */
+  void features_backward(side which, const T* x, const T* g, position_t position, T* dx, double* grad) const {
+    if (which == side::key) {
+      for (index_t i = 0; i < d_; ++i) dx[i] = g[i];
+      return;
+    }
+    const index_t dm = model_dim(), half = dm / 2;
+    lrpe::detail::small_buffer<double> da(dm);  // (da_sin, da_cos)
+    for (index_t k = 0; k < half; ++k) {
+      const auto [cs, sn] = lrpe::detail::angle_cos_sin(position, p_->inv_freq[k]);
+      const double g1 = g[d_ + k], g2 = g[d_ + half + k];
+      da[k] = g1 * sn - g2 * cs;
+      da[half + k] = g1 * cs + g2 * sn;
+    }
+    const auto w = w_r();
+    const T* vv = v();
+    for (index_t i = 0; i < d_; ++i) {
+      double through_w = 0;
+      for (index_t j = 0; j < dm; ++j) through_w += static_cast<double>(w(i, j)) * da[j];
+      dx[i] = static_cast<T>(static_cast<double>(g[i]) + through_w);
+      if (grad == nullptr) continue;
+      grad[i] += g[i];
+      grad[d_ + i] += through_w;
+      const double xv = static_cast<double>(x[i]) + vv[i];
+      double* dw = grad + 2 * d_ + i * dm;
+      for (index_t j = 0; j < dm; ++j) dw[j] += xv * da[j];
     }
   }
 

@@ -57,6 +57,31 @@ concept value_encoding =
       v.add_value_term(s, s, w, out);  // out += w · a^V_{t−s} (dim() elements)
     };
 
+/**
+ * A relative encoding whose score has a backward (Shaw, DeBERTa): `score_backward(q, s, k, t,
+ * g, dq, dk, grad)` adds g·∂f_rel/∂q to dq and g·∂f_rel/∂k to dk (dim() entries each) and, when
+ * `grad` is not null, g·∂f_rel/∂(parameters) to grad (`parameter_count()` entries, laid out as
+ * the encoding's `make_gradient()` documents).
+ */
+template <class V>
+concept differentiable_score =
+    relative_encoding<V> && requires(const V& v, const typename V::scalar* q, position_t s, double g,
+                                     typename V::scalar* dq, double* grad) {
+      v.score_backward(q, s, q, s, g, dq, dq, grad);
+    };
+
+/**
+ * A value encoding whose a^V has a backward: `value_term_dot(s, t, g)` is g·a^V_{t−s} (g: dim()
+ * entries), and `accumulate_value_gradient(s, t, w, g, grad)` adds w·g to a^V_{t−s}'s entries
+ * of `grad`.
+ */
+template <class V>
+concept differentiable_value_term =
+    value_encoding<V> && requires(const V& v, position_t s, const typename V::scalar* g, double* grad) {
+      { v.value_term_dot(s, s, g) } -> std::convertible_to<double>;
+      v.accumulate_value_gradient(s, s, 1.0, g, grad);
+    };
+
 namespace detail {
 /**
  * A bias or score (double) as the scalar type T of a logit: ±∞ and NaN kept, a finite value past
