@@ -472,6 +472,94 @@ TEST_CASE_TEMPLATE("linear backward, multi-head: grouped-query K/V (dK, dV summe
                        doctest::Contains("grads.size()"), lrpe::shape_error);
 }
 
+TEST_CASE_TEMPLATE("linear backward, multi-head with states: a sequence split in two segments (states per head, "
+                   "their gradients handed back) == one call", T, float, double) {
+  const index_t batch = 2, heads = 4, kv_heads = 2, n = 9, cut = 4, d = 6, dv = 5;
+  const auto q = uniform<T>(batch * heads * n, d, 910), d_out = uniform<T>(batch * heads * n, dv, 911);
+  const auto k = uniform<T>(batch * kv_heads * n, d, 912), v = uniform<T>(batch * kv_heads * n, dv, 913);
+  const std::vector<double> decays{0.9, 1.0, 0.8, 0.95};
+  const lrpe::type2<T> enc(d);
+  const lrpe::feature_maps::elu_plus_one phi;
+  // a view of rows [r0, r0 + len) of every head
+  const auto part = [](auto& m, index_t h, index_t cols, index_t r0, index_t len) {
+    auto x = lrpe::bnsh(m.data(), batch, h, n, cols);
+    x.data += r0 * x.seq_stride;
+    x.seq = len;
+    return x;
+  };
+  lrpe::linear_options opt;
+  opt.causal = true;
+  opt.norm = lrpe::normalisation::denominator;
+  opt.head_decays = decays;
+  std::vector<double> dl_one(heads, 0.0), dl_split(heads, 0.0);
+  // one call
+  lrpe::row_matrix<T> dq1(q.rows(), d), dk1(k.rows(), d), dv1(v.rows(), dv);
+  std::vector<lrpe::encoder_gradient> g1{enc.make_gradient()};
+  opt.decay_gradient = dl_one.data();
+  lrpe::linear_attention_backward(part(q, heads, d, 0, n), part(k, kv_heads, d, 0, n), part(v, kv_heads, dv, 0, n),
+                                  part(d_out, heads, dv, 0, n), part(dq1, heads, d, 0, n), part(dk1, kv_heads, d, 0, n),
+                                  part(dv1, kv_heads, dv, 0, n), enc, phi, opt, std::span(g1));
+  // two segments: the forward of the first leaves the states the second starts from
+  std::vector<lrpe::linear_attention_state<T>> fresh, states;
+  for (index_t i = 0; i < batch * heads; ++i)
+    fresh.emplace_back(enc.feature_dim(), dv, decays[std::size_t(i % heads)]);
+  states = fresh;
+  lrpe::row_matrix<T> out(q.rows(), dv);
+  lrpe::linear_options seg = opt;
+  seg.decay_gradient = nullptr;
+  seg.q_positions = seg.k_positions = 0;
+  lrpe::linear_attention(part(q, heads, d, 0, cut), part(k, kv_heads, d, 0, cut), part(v, kv_heads, dv, 0, cut),
+                         part(out, heads, dv, 0, cut), enc, phi, std::span(states), seg);
+  lrpe::row_matrix<T> dq2(q.rows(), d), dk2(k.rows(), d), dv2(v.rows(), dv);
+  std::vector<lrpe::encoder_gradient> g2{enc.make_gradient()};
+  std::vector<lrpe::linear_state_gradient<T>> d_mid(std::size_t(batch * heads)), d_first(std::size_t(batch * heads));
+  seg.decay_gradient = dl_split.data();
+  seg.q_positions = seg.k_positions = cut;
+  lrpe::linear_attention_backward(part(q, heads, d, cut, n - cut), part(k, kv_heads, d, cut, n - cut),
+                                  part(v, kv_heads, dv, cut, n - cut), part(d_out, heads, dv, cut, n - cut),
+                                  part(dq2, heads, d, cut, n - cut), part(dk2, kv_heads, d, cut, n - cut),
+                                  part(dv2, kv_heads, dv, cut, n - cut), enc, phi,
+                                  std::span<const lrpe::linear_attention_state<T>>(states), {}, std::span(d_mid), seg,
+                                  std::span(g2));
+  seg.q_positions = seg.k_positions = 0;
+  lrpe::linear_attention_backward(part(q, heads, d, 0, cut), part(k, kv_heads, d, 0, cut), part(v, kv_heads, dv, 0, cut),
+                                  part(d_out, heads, dv, 0, cut), part(dq2, heads, d, 0, cut),
+                                  part(dk2, kv_heads, d, 0, cut), part(dv2, kv_heads, dv, 0, cut), enc, phi,
+                                  std::span<const lrpe::linear_attention_state<T>>(fresh),
+                                  std::span<const lrpe::linear_state_gradient<T>>(d_mid), std::span(d_first), seg,
+                                  std::span(g2));
+  const double tol = sizeof(T) < sizeof(double) ? 2e-5 : 1e-12;
+  const auto close = [&](const lrpe::row_matrix<T>& a, const lrpe::row_matrix<T>& b) {
+    return double((a - b).cwiseAbs().maxCoeff()) <= tol * (1 + double(b.cwiseAbs().maxCoeff()));
+  };
+  CHECK(close(dq2, dq1));
+  CHECK(close(dk2, dk1));
+  CHECK(close(dv2, dv1));
+  CHECK(relative_error(g2[0].lambda, std::vector<ld>(g1[0].lambda.begin(), g1[0].lambda.end())) <= tol);
+  CHECK(relative_error(g2[0].p, std::vector<ld>(g1[0].p.begin(), g1[0].p.end())) <= tol);
+  CHECK(relative_error(dl_split, std::vector<ld>(dl_one.begin(), dl_one.end())) <= tol);
+  // the first segment started from empty states: their gradient is still defined (and written)
+  CHECK(d_first[0].kv.rows() == enc.feature_dim());
+  // a d_final of the wrong count or shape is an error, raised before any head runs
+  std::vector<lrpe::linear_state_gradient<T>> bad(std::size_t(batch * heads), lrpe::linear_state_gradient<T>(3, dv));
+  dq2.setConstant(T(7));
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention_backward(
+                           part(q, heads, d, 0, cut), part(k, kv_heads, d, 0, cut), part(v, kv_heads, dv, 0, cut),
+                           part(d_out, heads, dv, 0, cut), part(dq2, heads, d, 0, cut), part(dk2, kv_heads, d, 0, cut),
+                           part(dv2, kv_heads, dv, 0, cut), enc, phi,
+                           std::span<const lrpe::linear_attention_state<T>>(fresh),
+                           std::span<const lrpe::linear_state_gradient<T>>(bad), {}, seg, std::span(g2)),
+                       doctest::Contains("d_final"), lrpe::shape_error);
+  CHECK(dq2(0, 0) == T(7));
+  CHECK_THROWS_WITH_AS(lrpe::linear_attention_backward(
+                           part(q, heads, d, 0, cut), part(k, kv_heads, d, 0, cut), part(v, kv_heads, dv, 0, cut),
+                           part(d_out, heads, dv, 0, cut), part(dq2, heads, d, 0, cut), part(dk2, kv_heads, d, 0, cut),
+                           part(dv2, kv_heads, dv, 0, cut), enc, phi,
+                           std::span<const lrpe::linear_attention_state<T>>(fresh).first(3), {}, {}, seg,
+                           std::span(g2)),
+                       doctest::Contains("states.size()"), lrpe::shape_error);
+}
+
 TEST_CASE_TEMPLATE("linear backward, cosFormer: dQ, dK, dV through its features [x sin a, x cos a] (causal or not, "
                    "decay, a state)", T, float, double) {
   setup c;

@@ -20,6 +20,7 @@
 #include <span>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace lrpe {
@@ -241,6 +242,59 @@ void linear_attention_backward(const heads_view<TQ>& q, const heads_view<TK>& k,
                               detail::as_const_heads(v).head(b, hk), detail::as_const_heads(d_out).head(b, h),
                               dq.head(b, h), dk_h, dv_h, detail::head_encoding(encodings, h, q.heads, where), phi,
                               head_options, grad, backend);
+  });
+}
+
+/**
+ * Multi-head backward of the segment form (the multi-head `linear_attention` with `states`):
+ * head (b, h) runs the single-head segment backward with `initial[i]` (its state as it was
+ * before the forward call), `d_final[i]` (the next segment's `d_initial[i]`; an empty span for
+ * the last segment) and writes `d_initial[i]` (an empty span: not wanted), i = b·heads + h.
+ * dq, dk, dv, `grads` and `options.decay_gradient` as the multi-head backward without states.
+ * Every state and state gradient is checked before any head runs.
+ * @throws shape_error (the spans' sizes, a d_final not shaped as its state), and the errors of
+ *         the multi-head forward with states and of the multi-head backward.
+ */
+template <class TQ, class TK, class TV, class TD, class T, class Encodings, class Phi,
+          class Backend = backend::reference>
+void linear_attention_backward(const heads_view<TQ>& q, const heads_view<TK>& k, const heads_view<TV>& v,
+                               const heads_view<TD>& d_out, const heads_view<T>& dq, const heads_view<T>& dk,
+                               const heads_view<T>& dv, const Encodings& encodings, const Phi& phi,
+                               std::type_identity_t<std::span<const linear_attention_state<T>>> initial,
+                               std::type_identity_t<std::span<const linear_state_gradient<T>>> d_final,
+                               std::type_identity_t<std::span<linear_state_gradient<T>>> d_initial,
+                               const linear_options& options,
+                               std::span<detail::gradient_t<detail::head_encoding_t<Encodings>>> grads = {},
+                               Backend backend = {}) {
+  constexpr const char* where = "lrpe::linear_attention_backward (multi-head, states)";
+  static_assert(!std::is_const_v<T>, "lrpe::linear_attention_backward: dq, dk, dv must be mutable heads_views");
+  detail::validate_backward_heads(q, k, v, d_out, d_out, dq, dk, dv, where);
+  detail::validate_head_decays(options, q.heads, where);
+  detail::require_head_gradients<Encodings>(grads.size(), q.heads, where);
+  detail::check_head_states(q, k, v, encodings, options, initial, where);
+  const index_t count = q.batch * q.heads;
+  for (const auto& [size, arg] : {std::pair{d_final.size(), "d_final.size()"}, std::pair{d_initial.size(), "d_initial.size()"}})
+    detail::require_shape(size == 0 || static_cast<index_t>(size) == count, where, arg,
+                          detail::lazy_concat("must be 0 or batch x heads = ", count), size);
+  for (std::size_t i = 0; i < d_final.size(); ++i) {
+    const index_t f = initial[i].feature_dim(), dvi = initial[i].value_dim();
+    detail::require_shape(d_final[i].kv.rows() == f && d_final[i].kv.cols() == dvi && d_final[i].k_sum.size() == f,
+                          where, "d_final",
+                          detail::lazy_concat("[", i, "] must be ", f, "x", dvi, " and ", f, " (its state's shapes)"),
+                          detail::lazy_concat(d_final[i].kv.rows(), "x", d_final[i].kv.cols(), " and ",
+                                              d_final[i].k_sum.size()));
+  }
+  constexpr bool shared = detail::shared_encoding_v<Encodings>;
+  detail::for_each_backward_head(q, k, dk, dv, [&](index_t b, index_t h, index_t hk, const auto& dk_h, const auto& dv_h) {
+    linear_options head_options = detail::head_linear_options(options, h);
+    if (options.decay_gradient != nullptr) head_options.decay_gradient = options.decay_gradient + h;
+    auto* grad = grads.empty() ? nullptr : &grads[shared ? 0 : static_cast<std::size_t>(h)];
+    const auto i = static_cast<std::size_t>(b * q.heads + h);
+    linear_attention_backward(detail::as_const_heads(q).head(b, h), detail::as_const_heads(k).head(b, hk),
+                              detail::as_const_heads(v).head(b, hk), detail::as_const_heads(d_out).head(b, h),
+                              dq.head(b, h), dk_h, dv_h, detail::head_encoding(encodings, h, q.heads, where), phi,
+                              initial[i], d_final.empty() ? nullptr : &d_final[i],
+                              d_initial.empty() ? nullptr : &d_initial[i], head_options, grad, backend);
   });
 }
 

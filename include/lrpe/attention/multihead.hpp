@@ -231,7 +231,7 @@ namespace detail {
 template <class TQ, class TK, class TV, class T, class Encodings>
 void check_head_states(const heads_view<TQ>& q, const heads_view<TK>& k, const heads_view<TV>& v,
                        const Encodings& encodings, const linear_options& options,
-                       std::span<linear_attention_state<T>> states, const char* where) {
+                       std::span<const linear_attention_state<T>> states, const char* where) {
   require_shape(static_cast<index_t>(states.size()) == q.batch * q.heads, where, "states.size()",
                 lazy_concat("must equal batch x heads = ", q.batch * q.heads, " (state b*heads + h for head (b, h))"),
                 states.size());
@@ -313,7 +313,7 @@ void linear_attention_heads(const heads_view<TQ>& q, const heads_view<TK>& k, co
   validate_attention_heads(q, k, v, out, where);
   require_feature_map<T>(phi, where);
   validate_head_decays(options, q.heads, where);
-  if (states != nullptr) check_head_states(q, k, v, encodings, options, *states, where);
+  if (states != nullptr) check_head_states(q, k, v, encodings, options, std::span<const linear_attention_state<T>>(*states), where);
   else check_head_encodings<std::remove_const_t<TQ>>(encodings, q.heads, q.dim, where);
   // (b, h) pairs, h-major; a backend may run them on several threads (backend::for_each_head)
   using backend::for_each_head;
