@@ -2,14 +2,15 @@
 /**
  * @file attention.hpp
  * Attention with relative positional encodings: softmax (any encoding, URPE reweighting),
- * linear (LRPE encoders, feature maps, causal chunks, decay), streaming state and multi-head
- * strided views. The math and the API are in docs/attention.md.
+ * linear (LRPE encoders, feature maps, causal chunks, decay), streaming state, multi-head
+ * strided views, and the merge of partial results (split keys, sharded sequences). The math and the API are in docs/attention.md.
  */
 #pragma once
 
 #include <lrpe/attention/feature_map.hpp>
 #include <lrpe/attention/linear.hpp>
 #include <lrpe/attention/linear_backward.hpp>
+#include <lrpe/attention/merge.hpp>
 #include <lrpe/attention/multihead.hpp>
 #include <lrpe/attention/options.hpp>
 #include <lrpe/attention/softmax.hpp>

@@ -24,6 +24,7 @@
 #include <lrpe/attention/softmax.hpp>
 #include <lrpe/attention/state.hpp>
 
+#include <algorithm>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -190,6 +191,52 @@ void linear_attention(const Q& q, const K& k, const V& v, O&& out, const Encodin
                       linear_attention_state<T>& state, const linear_options& options, Backend backend = {}) {
   detail::linear_attention_impl<T>(detail::as_input(q), detail::as_input(k), detail::as_input(v),
                                    detail::as_output(out), encoding, phi, options, &state, backend);
+}
+
+/**
+ * The summary of a shard of keys for sequence-parallel causal linear attention: the state a
+ * fresh `linear_attention_state(feature_dim, v.cols, options.decay)` reaches over the keys k, v
+ * at `options.k_positions` (global positions: angles and decays are those of one call). Folding
+ * the summaries of shards 0 … r − 1 with `append_state` gives shard r its incoming state;
+ * `linear_attention(q, k, v, out, encoding, phi, incoming, options)` on each shard then gives
+ * the one-call result. Features are encoded by blocks of `options.chunk` rows (the backend's
+ * feature kernel), so the scratch is one block.
+ * @throws shape_error (k, v shapes, the encoding's width), parameter_error (`options.causal`
+ * false, positions decreasing), as `linear_attention`.
+ */
+template <class K, class V, class Encoding, class Phi, class Backend = backend::reference>
+  requires detail::matrix_input<K> && detail::matrix_input<V>
+auto linear_attention_summary(const K& k_in, const V& v_in, const Encoding& encoding, const Phi& phi,
+                              const linear_options& options, Backend backend = {}) {
+  constexpr const char* where = "lrpe::linear_attention_summary";
+  const auto k = detail::as_input(k_in);
+  const auto v = detail::as_input(v_in);
+  using T = detail::input_scalar_t<K>;
+  static_assert(std::is_same_v<decltype(v), const matrix_view<const T>>,
+                "lrpe::linear_attention_summary: k and v must have the same scalar type");
+  detail::require_parameter(options.causal, where, "options.causal", "must be true (a summary is a causal state)",
+                            "false");
+  const matrix_view<const T> no_q(k.data, 0, k.cols, k.row_stride);
+  const matrix_view<T> no_out(nullptr, 0, v.cols, v.cols);
+  linear_options keys_only = options;  // (the queries' positions play no part)
+  keys_only.q_positions = positions();
+  const index_t f = detail::validate_linear<T>(no_q, k, v, no_out, encoding, phi, keys_only, nullptr, where);
+  linear_attention_state<T> state(f, v.cols, options.decay);
+  const index_t block = std::max<index_t>(1, std::min(options.chunk, k.rows));
+  row_matrix<T> features(block, f);
+  using backend::linear_features_kernel;
+  for (index_t r0 = 0; r0 < k.rows; r0 += block) {
+    const index_t m = std::min(block, k.rows - r0);
+    const matrix_view<const T> rows(k.row(r0), m, k.cols, k.row_stride);
+    const matrix_view<T> out(features.data(), m, f, f);
+    linear_features_kernel(backend, encoding, phi, rows, options.k_positions.slice(r0, m), canonical::side::key, out);
+    const matrix_view<const T> vb(v.row(r0), m, v.cols, v.row_stride);
+    state.append_block(Eigen::Map<const row_matrix<T>>(features.data(), m, f),
+                       Eigen::Map<const row_matrix<T>, 0, Eigen::OuterStride<>>(vb.data, m, v.cols,
+                                                                                  Eigen::OuterStride<>(vb.row_stride)),
+                       options.k_positions, r0);
+  }
+  return state;
 }
 
 }  // namespace v0

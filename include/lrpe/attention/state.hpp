@@ -406,6 +406,35 @@ class linear_attention_state {
   }
 
   /**
+   * Folds in a later shard's state (its summary: the state a fresh one reached over the shard's
+   * keys): S ← λ^{p₂−p₁} S + S₂, z ← λ^{p₂−p₁} z + z₂, p ← p₂, count ← count + count₂, with p₁,
+   * p₂ the two last positions. The result is the state of both shards' keys, exactly as if
+   * they had been appended one by one (every key's weight λ^{p₂−t}), so folding summaries is
+   * associative: the prefix of a sequence's shard summaries is each shard's incoming state
+   * (sequence parallelism, LASP-style; docs/attention.md). An empty `later` changes nothing.
+   * @throws shape_error (widths differ), parameter_error (decays differ, or later's last
+   * position precedes this one's while both hold keys).
+   */
+  void append_state(const linear_attention_state& later) {
+    constexpr const char* where = "lrpe::linear_attention_state::append_state";
+    detail::require_shape(later.feature_dim() == feature_dim() && later.value_dim() == value_dim(), where, "later",
+                          detail::lazy_concat("must be ", feature_dim(), "x", value_dim(), " (this state's widths)"),
+                          detail::lazy_concat(later.feature_dim(), "x", later.value_dim()));
+    detail::require_parameter(later.decay() == decay_, where, "later.decay()",
+                              detail::lazy_concat("must equal this state's decay ", decay_), later.decay());
+    if (later.empty()) return;
+    if (empty()) {
+      *this = later;
+      return;
+    }
+    require_not_before(later.last_position(), where, "later.last_position()");
+    rescale_to(later.last_position());
+    kv_ += later.kv_;
+    k_sum_ += later.k_sum_;
+    count_ += later.count_;
+  }
+
+  /**
    * Encodes and appends one key row: k̃ = M_t φ(k).
    * @param encoding an `lrpe::encoder` (or `no_encoding{}`) whose feature_dim() is this state's.
    * @param phi      the feature map.
