@@ -89,3 +89,20 @@ function(lrpe_own_target target)
     lrpe_add_sanitizers(${target})
   endif()
 endfunction()
+
+# lrpe_add_mpi_test(<name> <labels> <executable>): ctest tests <name>_np1 … <name>_np4, the
+# executable under mpiexec on 1 to 4 ranks (with Open MPI oversubscribed, since CI has 2 cores,
+# and allowed as root, the way CI containers run: LRPE_MPIEXEC_FLAGS). Each is RUN_SERIAL: its
+# ranks already take every core.
+function(lrpe_add_mpi_test name labels exe)
+  foreach(_np 1 2 3 4)
+    add_test(NAME ${name}_np${_np}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${_np} ${LRPE_MPIEXEC_FLAGS}
+                     ${MPIEXEC_PREFLAGS} ${exe} ${MPIEXEC_POSTFLAGS})
+    set_tests_properties(${name}_np${_np} PROPERTIES
+      LABELS "${labels}"
+      TIMEOUT 300
+      RUN_SERIAL ON
+      ENVIRONMENT "OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_btl_vader_single_copy_mechanism=none")
+  endforeach()
+endfunction()

@@ -7,13 +7,15 @@
 #   scripts/install-deps.sh          what the GCC build needs
 #   scripts/install-deps.sh clang    also clang and its sanitizer/libFuzzer runtimes (the asan
 #                                    preset and scripts/fuzz.sh)
+#   scripts/install-deps.sh mpi      also Open MPI (lrpe::mpi: LRPE_ENABLE_MPI, on in the dev preset)
 set -euo pipefail
 
 packages=(cmake g++ libeigen3-dev libxsimd-dev doctest-dev libbenchmark-dev libpng-dev)
 for extra in "$@"; do
   case "$extra" in
     clang) packages+=(clang libclang-rt-dev) ;;
-    *) echo "install-deps: unknown extra '$extra' (known: clang)" >&2; exit 2 ;;
+    mpi) packages+=(libopenmpi-dev openmpi-bin) ;;
+    *) echo "install-deps: unknown extra '$extra' (known: clang, mpi)" >&2; exit 2 ;;
   esac
 done
 

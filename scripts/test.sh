@@ -16,6 +16,7 @@ jobs="${LRPE_JOBS:-$(nproc 2>/dev/null || echo 2)}"
 
 case "${preset}" in
   asan) scripts/install-deps.sh clang ;;  # the asan preset builds with clang
+  dev) scripts/install-deps.sh mpi ;;     # the dev preset enables lrpe::mpi
   *) scripts/install-deps.sh ;;
 esac
 

@@ -1,0 +1,361 @@
+// SPDX-License-Identifier: MIT
+/**
+ * @file mpi.hpp
+ * `lrpe::mpi`: attention over a sequence sharded across the ranks of an MPI communicator
+ * (CMake target lrpe::mpi; header-only on MPI's C API). docs/scaling.md has the math, the bytes
+ * per rank and the measured costs.
+ *
+ * - `linear_attention(comm, …)`: each rank holds a contiguous shard of Q, K, V (rank order is
+ *   sequence order, positions global). Causal: each rank's shard summary (its keys' state,
+ *   `linear_attention_summary`) goes through one `MPI_Exscan` whose operation is the
+ *   associative fold `append_state`, and each rank runs its segment from the incoming state.
+ *   Non-causal: one `MPI_Allreduce` of the summaries' sums. d_f·d_v + d_f numbers per rank.
+ * - `softmax_attention(comm, …)`: ring attention. Each rank's K/V block (with its positions)
+ *   travels once around the ring (`MPI_Isend`/`MPI_Irecv` of the next block while the current
+ *   one is computed); every block's partial output is merged by its log-sum-exps
+ *   (`merge_attention_states`). Causal blocks wholly after a rank's queries are skipped; a
+ *   balanced causal layout (zigzag: rank r holds blocks r and 2P−1−r) is the caller's choice of
+ *   position arrays.
+ *
+ * Every rank must call with the same encoding, feature map, options (but its own positions)
+ * and backend. Bad input is found before any data moves: each rank checks its own arguments,
+ * then the ranks exchange a short description of their shards (one `MPI_Allgather`), so an
+ * error (a rank's own, or shards that disagree: widths, decay, order) is thrown on every rank
+ * with the same message, and no rank is left waiting.
+ */
+#pragma once
+
+#include <lrpe/lrpe.hpp>
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace lrpe {
+inline namespace v0 {
+namespace mpi {
+
+/// An MPI call that failed (its error string), when the communicator returns errors instead of
+/// aborting (MPI's default handler aborts first).
+class mpi_error : public std::runtime_error, public lrpe::error {
+ public:
+  using std::runtime_error::runtime_error;
+  [[nodiscard]] const char* what() const noexcept override { return std::runtime_error::what(); }
+};
+
+namespace detail {
+
+/// Throws `mpi_error` naming the MPI call when it did not succeed (the communicator's error
+/// handler may have aborted first: MPI's default).
+inline void check(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw mpi_error(std::string("lrpe::mpi: ") + call + " failed: " + std::string(text, static_cast<std::size_t>(len)));
+}
+
+template <class T>
+MPI_Datatype datatype() {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "lrpe::mpi: float or double");
+  return std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
+}
+
+/// One rank's shard as the others see it; `error` ≠ 0 when its own checks failed (1 shape,
+/// 2 parameter, 3 domain, 4 other), with the start of its message.
+struct shard {
+  std::int64_t error = 0, nq = 0, nk = 0, d = 0, dv = 0, f = 0, first = 0, last = 0, q_last = 0;
+  double decay = 1.0;
+  char message[256] = {};
+};
+
+[[noreturn]] inline void rethrow(std::int64_t kind, const std::string& message) {
+  switch (kind) {
+    case 1: throw shape_error(message);
+    case 2: throw parameter_error(message);
+    case 3: throw domain_error(message);
+    default: throw parameter_error(message);
+  }
+}
+
+/**
+ * Runs `local` (this rank's own checks, which return its shard), exchanges every rank's shard,
+ * and throws on every rank when any rank's checks failed: the first failing rank's error, of
+ * its type, its message prefixed with the rank. Returns the shards, in rank order.
+ */
+template <class F>
+std::vector<shard> exchange(MPI_Comm comm, F&& local) {
+  shard own;
+  try {
+    own = local();
+  } catch (const std::exception& e) {
+    own.error = dynamic_cast<const shape_error*>(&e) != nullptr       ? 1
+                : dynamic_cast<const parameter_error*>(&e) != nullptr ? 2
+                : dynamic_cast<const domain_error*>(&e) != nullptr    ? 3
+                                                                      : 4;
+    std::strncpy(own.message, e.what(), sizeof(own.message) - 1);
+  }
+  int ranks = 0;
+  check(MPI_Comm_size(comm, &ranks), "MPI_Comm_size");
+  std::vector<shard> all(static_cast<std::size_t>(ranks));
+  MPI_Datatype type;
+  check(MPI_Type_contiguous(static_cast<int>(sizeof(shard)), MPI_BYTE, &type), "MPI_Type_contiguous");
+  check(MPI_Type_commit(&type), "MPI_Type_commit");
+  const int rc = MPI_Allgather(&own, 1, type, all.data(), 1, type, comm);
+  MPI_Type_free(&type);
+  check(rc, "MPI_Allgather");
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    if (all[r].error != 0)
+      rethrow(all[r].error, "lrpe::mpi: rank " + std::to_string(r) + ": " + std::string(all[r].message));
+  }
+  return all;
+}
+
+/// Every shard's widths and decay equal rank 0's (`dv` and `f` of linear attention, `d` of both).
+inline void require_same_widths(const std::vector<shard>& all, const char* where) {
+  for (std::size_t r = 1; r < all.size(); ++r) {
+    const shard& a = all[0];
+    const shard& b = all[r];
+    lrpe::detail::require_shape(a.d == b.d && a.dv == b.dv && a.f == b.f, where, "shards",
+                                lrpe::detail::lazy_concat("must have rank 0's widths d = ", a.d, ", d_v = ", a.dv,
+                                                          ", d_f = ", a.f, " (rank ", r, ")"),
+                                lrpe::detail::lazy_concat(b.d, ", ", b.dv, ", ", b.f));
+    lrpe::detail::require_parameter(a.decay == b.decay, where, "options.decay",
+                                    lrpe::detail::lazy_concat("must be the same on every rank (rank 0: ", a.decay,
+                                                              "; rank ", r, ")"),
+                                    b.decay);
+  }
+}
+
+// ------------------------------------------------------------- summaries as flat buffers
+
+/**
+ * A summary on the wire: `linear_attention_snapshot::to_flat()`'s layout, [2, f, dv, λ,
+ * pos_hi, pos_lo, count, carry, S…, z…], in double (exact for float states).
+ */
+inline constexpr int summary_header = 8;
+
+inline std::int64_t flat_position(const double* x) {
+  return static_cast<std::int64_t>((static_cast<std::uint64_t>(x[4]) << 32) | static_cast<std::uint64_t>(x[5]));
+}
+
+/// MPI_Op body: inout ← in ∘ inout, the earlier ranks' fold (in) followed by a later one
+/// (inout): S ← λ^{p_later − p_earlier} S_in + S_inout, as `append_state`.
+inline void fold_summaries(void* in, void* inout, int* len, MPI_Datatype* type) {
+  int bytes = 0;
+  MPI_Type_size(*type, &bytes);
+  const auto n = static_cast<std::size_t>(bytes) / sizeof(double);
+  for (int item = 0; item < *len; ++item) {
+    const double* a = static_cast<const double*>(in) + static_cast<std::size_t>(item) * n;
+    double* b = static_cast<double*>(inout) + static_cast<std::size_t>(item) * n;
+    if (a[6] == 0) continue;                    // nothing earlier
+    if (b[6] == 0) {                            // nothing later: the earlier fold
+      std::memcpy(b, a, n * sizeof(double));
+      continue;
+    }
+    const double lambda = a[3];
+    const std::int64_t gap = flat_position(b) - flat_position(a);  // ≥ 0: shards in rank order
+    const double scale = lambda == 1.0 || gap == 0 ? 1.0 : std::pow(lambda, static_cast<double>(gap));
+    for (std::size_t i = summary_header; i < n; ++i) b[i] += scale * a[i];
+    b[6] += a[6];
+    b[7] = 1.0;  // (the carry: a fold rounds once in double)
+  }
+}
+
+}  // namespace detail
+
+/**
+ * Sequence-parallel linear attention (the file comment): this rank's rows of
+ * `lrpe::linear_attention` over the whole sequence. q, k, v are this rank's shard (n_q = n_k
+ * rows, contiguous in the sequence; ranks in sequence order), `options.q_positions` and
+ * `k_positions` its global positions (offsets or arrays, equal for causal calls).
+ * @param comm     the communicator; every rank calls.
+ * @param backend  the local backend (its features and segment kernel).
+ * @throws lrpe::error (and its subclasses) on every rank: a rank's bad arguments (as
+ * `linear_attention`'s), shards whose widths or decay differ, causal shards out of order (a
+ * rank's first position before the previous non-empty rank's last).
+ */
+template <class Q, class K, class V, class O, class Encoding, class Phi, class Backend = backend::reference>
+void linear_attention(MPI_Comm comm, const Q& q_in, const K& k_in, const V& v_in, O&& out_in, const Encoding& encoding,
+                      const Phi& phi, const linear_options& options, Backend backend = {}) {
+  constexpr const char* where = "lrpe::mpi::linear_attention";
+  const auto q = lrpe::detail::as_input(q_in);
+  const auto k = lrpe::detail::as_input(k_in);
+  const auto v = lrpe::detail::as_input(v_in);
+  const auto out = lrpe::detail::as_output(out_in);
+  using T = lrpe::detail::input_scalar_t<Q>;
+  const auto all = detail::exchange(comm, [&] {
+    const index_t f = lrpe::detail::validate_linear<T>(q, k, v, out, encoding, phi, options, nullptr, where);
+    detail::shard s;
+    s.nq = q.rows;
+    s.nk = k.rows;
+    s.d = q.cols;
+    s.dv = v.cols;
+    s.f = f;
+    s.decay = options.decay;
+    if (k.rows > 0) {
+      s.first = options.k_positions[0];
+      s.last = options.k_positions[k.rows - 1];
+    }
+    return s;
+  });
+  detail::require_same_widths(all, where);
+  int rank = 0;
+  detail::check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+  const index_t f = static_cast<index_t>(all[0].f), dv = v.cols;
+  if (options.causal) {
+    std::int64_t last = std::numeric_limits<std::int64_t>::min();
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      if (all[r].nk == 0) continue;
+      lrpe::detail::require_parameter(all[r].first >= last, where, "options.k_positions",
+                                      lrpe::detail::lazy_concat("must continue the previous rank's shard (rank ", r,
+                                                                " starts before the last position ", last,
+                                                                " of the ranks before it)"),
+                                      all[r].first);
+      last = all[r].last;
+    }
+  }
+  if (options.causal) {
+    const auto summary = lrpe::linear_attention_summary(k, v, encoding, phi, options, backend);
+    std::vector<double> mine = summary.export_state().to_flat(), incoming(mine.size(), 0.0);
+    MPI_Datatype type;
+    MPI_Op op;
+    detail::check(MPI_Type_contiguous(static_cast<int>(mine.size()), MPI_DOUBLE, &type), "MPI_Type_contiguous");
+    detail::check(MPI_Type_commit(&type), "MPI_Type_commit");
+    detail::check(MPI_Op_create(&detail::fold_summaries, /*commute=*/0, &op), "MPI_Op_create");
+    const int rc = MPI_Exscan(mine.data(), incoming.data(), 1, type, op, comm);
+    MPI_Op_free(&op);
+    MPI_Type_free(&type);
+    detail::check(rc, "MPI_Exscan");
+    linear_attention_state<T> state(f, dv, options.decay);
+    if (rank > 0 && incoming[6] > 0)  // (rank 0's Exscan result is undefined: it starts empty)
+      state = linear_attention_state<T>(linear_attention_snapshot<T>::from_flat(incoming));
+    lrpe::linear_attention(q, k, v, out, encoding, phi, state, options, backend);
+    return;
+  }
+  // not causal: every key of every rank is visible; S = Σ k̃ vᵀ and z = Σ k̃ over all shards
+  using backend::linear_features_kernel;
+  row_matrix<T> kf(k.rows, f);
+  linear_features_kernel(backend, encoding, phi, k, options.k_positions, canonical::side::key, view(kf));
+  const Eigen::Map<const row_matrix<T>, 0, Eigen::OuterStride<>> vm(v.data, v.rows, dv, Eigen::OuterStride<>(v.row_stride));
+  std::vector<double> sums(static_cast<std::size_t>(f * dv + f)), total(sums.size());
+  Eigen::Map<row_matrix<double>>(sums.data(), f, dv) = kf.template cast<double>().transpose() * vm.template cast<double>();
+  Eigen::Map<dense_vector<double>>(sums.data() + f * dv, f) = kf.template cast<double>().colwise().sum().transpose();
+  detail::check(MPI_Allreduce(sums.data(), total.data(), static_cast<int>(sums.size()), MPI_DOUBLE, MPI_SUM, comm),
+                "MPI_Allreduce");
+  row_matrix<T> qf(std::max<index_t>(q.rows, 1), f);
+  linear_features_kernel(backend, encoding, phi, q, options.q_positions, canonical::side::query,
+                         matrix_view<T>(qf.data(), q.rows, f, f));
+  const Eigen::Map<const row_matrix<double>> s(total.data(), f, dv);
+  const Eigen::Map<const dense_vector<double>> z(total.data() + f * dv, f);
+  for (index_t i = 0; i < q.rows; ++i) {
+    const dense_vector<double> qi = qf.row(i).transpose().template cast<double>();
+    const double den = qi.dot(z);
+    const double scale = options.norm == normalisation::denominator ? 1.0 / std::max(den, options.eps) : 1.0;
+    for (index_t j = 0; j < dv; ++j) out.row(i)[j] = static_cast<T>(scale * qi.dot(s.col(j)));
+  }
+}
+
+/**
+ * Ring softmax attention (the file comment): this rank's rows of `lrpe::softmax_attention` of
+ * its queries over every rank's keys. q is this rank's queries at `options.q_positions`; k, v
+ * its keys at `options.k_positions` (offsets or arrays; any sizes per rank, zigzag included).
+ * @param lse when not empty, n_q entries: each row's log-sum-exp over every rank's keys (for the
+ *            backward, or a merge with more keys).
+ * @throws lrpe::error on every rank: a rank's bad arguments (as `softmax_attention`'s), shards
+ * whose widths differ.
+ */
+template <class Q, class K, class V, class O, class Encoding, class Reweight = no_reweighting,
+          class Backend = backend::reference>
+void softmax_attention(MPI_Comm comm, const Q& q_in, const K& k_in, const V& v_in, O&& out_in, const Encoding& encoding,
+                       const softmax_options<Reweight>& options = {}, Backend backend = {},
+                       std::span<lrpe::detail::input_scalar_t<Q>> lse = {}) {
+  constexpr const char* where = "lrpe::mpi::softmax_attention";
+  const auto q = lrpe::detail::as_input(q_in);
+  const auto k = lrpe::detail::as_input(k_in);
+  const auto v = lrpe::detail::as_input(v_in);
+  const auto out = lrpe::detail::as_output(out_in);
+  using T = lrpe::detail::input_scalar_t<Q>;
+  const auto all = detail::exchange(comm, [&] {
+    lrpe::detail::validate_softmax(q, k, v, out, encoding, options, where);
+    lrpe::detail::require_shape(lse.empty() || static_cast<index_t>(lse.size()) == q.rows, where, "lse.size()",
+                                lrpe::detail::lazy_concat("must be 0 or q.rows = ", q.rows), lse.size());
+    detail::shard s;
+    s.nq = q.rows;
+    s.nk = k.rows;
+    s.d = q.cols;
+    s.dv = v.cols;
+    if (q.rows > 0) {
+      s.first = options.q_positions[0];
+      s.q_last = options.q_positions[0];
+      for (index_t i = 0; i < q.rows; ++i) s.q_last = std::max<std::int64_t>(s.q_last, options.q_positions[i]);
+    }
+    return s;
+  });
+  detail::require_same_widths(all, where);
+  int rank = 0, ranks = 1;
+  detail::check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+  detail::check(MPI_Comm_size(comm, &ranks), "MPI_Comm_size");
+  const index_t d = q.cols, dv = v.cols;
+  index_t most = 0;
+  for (const auto& s : all) most = std::max<index_t>(most, static_cast<index_t>(s.nk));
+  // the block in hand and the one arriving: K, V (contiguous rows) and positions
+  struct block {
+    row_matrix<T> k, v;
+    std::vector<position_t> pos;
+  };
+  block cur{row_matrix<T>(most, d), row_matrix<T>(most, dv), std::vector<position_t>(static_cast<std::size_t>(most))};
+  block next = cur;
+  for (index_t i = 0; i < k.rows; ++i) {
+    std::copy(k.row(i), k.row(i) + d, cur.k.row(i).data());
+    std::copy(v.row(i), v.row(i) + dv, cur.v.row(i).data());
+    cur.pos[static_cast<std::size_t>(i)] = options.k_positions[i];
+  }
+  std::vector<T> own_lse(static_cast<std::size_t>(q.rows), -std::numeric_limits<T>::infinity());
+  const std::span<T> total_lse = lse.empty() ? std::span<T>(own_lse) : lse;
+  std::fill(total_lse.begin(), total_lse.end(), -std::numeric_limits<T>::infinity());
+  for (index_t i = 0; i < out.rows; ++i) std::fill(out.row(i), out.row(i) + dv, T(0));
+  row_matrix<T> part(q.rows, dv);
+  std::vector<T> part_lse(static_cast<std::size_t>(q.rows));
+  const int to = (rank + 1) % ranks, from = (rank + ranks - 1) % ranks;
+  for (int step = 0; step < ranks; ++step) {
+    const int owner = (rank - step + ranks) % ranks;  // whose block is in hand
+    const index_t nk = static_cast<index_t>(all[static_cast<std::size_t>(owner)].nk);
+    MPI_Request req[6];
+    int pending = 0;
+    if (step + 1 < ranks) {  // pass the block on, take the previous rank's
+      const auto incoming = static_cast<int>(all[static_cast<std::size_t>((owner - 1 + ranks) % ranks)].nk);
+      const auto held = static_cast<int>(nk);
+      detail::check(MPI_Irecv(next.k.data(), incoming * static_cast<int>(d), detail::datatype<T>(), from, 0, comm, &req[pending++]), "MPI_Irecv");
+      detail::check(MPI_Irecv(next.v.data(), incoming * static_cast<int>(dv), detail::datatype<T>(), from, 1, comm, &req[pending++]), "MPI_Irecv");
+      detail::check(MPI_Irecv(next.pos.data(), incoming, MPI_INT64_T, from, 2, comm, &req[pending++]), "MPI_Irecv");
+      detail::check(MPI_Isend(cur.k.data(), held * static_cast<int>(d), detail::datatype<T>(), to, 0, comm, &req[pending++]), "MPI_Isend");
+      detail::check(MPI_Isend(cur.v.data(), held * static_cast<int>(dv), detail::datatype<T>(), to, 1, comm, &req[pending++]), "MPI_Isend");
+      detail::check(MPI_Isend(cur.pos.data(), held, MPI_INT64_T, to, 2, comm, &req[pending++]), "MPI_Isend");
+    }
+    const bool hidden = options.causal && nk > 0 && q.rows > 0 &&
+                        *std::min_element(cur.pos.begin(), cur.pos.begin() + nk) > all[static_cast<std::size_t>(rank)].q_last;
+    if (nk > 0 && q.rows > 0 && !hidden) {
+      softmax_options<Reweight> o = options;
+      o.k_positions = std::span<const position_t>(cur.pos.data(), static_cast<std::size_t>(nk));
+      lrpe::softmax_attention_lse(q, cur.k.topRows(nk), cur.v.topRows(nk), part, std::span<T>(part_lse), encoding, o,
+                                  backend);
+      lrpe::merge_attention_states(out, total_lse, part, std::span<const T>(part_lse));
+    }
+    if (pending > 0) detail::check(MPI_Waitall(pending, req, MPI_STATUSES_IGNORE), "MPI_Waitall");
+    std::swap(cur, next);
+  }
+}
+
+}  // namespace mpi
+}  // namespace v0
+}  // namespace lrpe
