@@ -17,6 +17,10 @@
  *   balanced causal layout (zigzag: rank r holds blocks r and 2P−1−r) is the caller's choice of
  *   position arrays.
  *
+ * Both have a backward (`linear_attention_backward`, `softmax_attention_backward`): state
+ * gradients flow back through a reverse scan; dK and dV accumulators travel with the ring's
+ * blocks back to their owners.
+ *
  * Every rank must call with the same encoding, feature map, options (but its own positions)
  * and backend. Bad input is found before any data moves: each rank checks its own arguments,
  * then the ranks exchange a short description of their shards (one `MPI_Allgather`), so an
@@ -37,7 +41,9 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace lrpe {
@@ -74,6 +80,7 @@ MPI_Datatype datatype() {
 /// 2 parameter, 3 domain, 4 other), with the start of its message.
 struct shard {
   std::int64_t error = 0, nq = 0, nk = 0, d = 0, dv = 0, f = 0, first = 0, last = 0, q_last = 0;
+  std::int64_t needs_lse = 0;  ///< (the softmax backward) this rank has queries and no lse
   double decay = 1.0;
   char message[256] = {};
 };
@@ -171,6 +178,118 @@ inline void fold_summaries(void* in, void* inout, int* len, MPI_Datatype* type) 
   }
 }
 
+/// MPI_Op body of the backward's reverse scan (ranks reversed, so `in` is a later shard's):
+/// inout ← λ^{p_in − p_inout} in + inout, state gradients referred to their states' positions.
+inline void fold_state_gradients(void* in, void* inout, int* len, MPI_Datatype* type) {
+  int bytes = 0;
+  MPI_Type_size(*type, &bytes);
+  const auto n = static_cast<std::size_t>(bytes) / sizeof(double);
+  for (int item = 0; item < *len; ++item) {
+    const double* a = static_cast<const double*>(in) + static_cast<std::size_t>(item) * n;
+    double* b = static_cast<double*>(inout) + static_cast<std::size_t>(item) * n;
+    if (a[6] == 0) continue;
+    if (b[6] == 0) {
+      std::memcpy(b, a, n * sizeof(double));
+      continue;
+    }
+    const double lambda = a[3];
+    const std::int64_t gap = flat_position(a) - flat_position(b);  // ≥ 0: a is further on
+    const double scale = lambda == 1.0 || gap == 0 ? 1.0 : std::pow(lambda, static_cast<double>(gap));
+    for (std::size_t i = summary_header; i < n; ++i) b[i] += scale * a[i];
+  }
+}
+
+/// Runs MPI_Exscan of one flat item per rank with `op` (reversed: over the ranks in reverse order).
+inline std::vector<double> exscan(MPI_Comm comm, std::vector<double>& mine, MPI_User_function* fn, bool reversed) {
+  std::vector<double> result(mine.size(), 0.0);
+  MPI_Comm scan_comm = comm;
+  if (reversed) {
+    int rank = 0;
+    check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+    check(MPI_Comm_split(comm, 0, -rank, &scan_comm), "MPI_Comm_split");
+  }
+  MPI_Datatype type;
+  MPI_Op op;
+  check(MPI_Type_contiguous(static_cast<int>(mine.size()), MPI_DOUBLE, &type), "MPI_Type_contiguous");
+  check(MPI_Type_commit(&type), "MPI_Type_commit");
+  check(MPI_Op_create(fn, /*commute=*/0, &op), "MPI_Op_create");
+  const int rc = MPI_Exscan(mine.data(), result.data(), 1, type, op, scan_comm);
+  MPI_Op_free(&op);
+  MPI_Type_free(&type);
+  if (reversed) MPI_Comm_free(&scan_comm);
+  check(rc, "MPI_Exscan");
+  return result;
+}
+
+/// A state gradient as a flat item: the snapshot layout with `position` and a count of 1 (0: none).
+template <class T>
+std::vector<double> flat_gradient(const linear_state_gradient<T>& g, double decay, position_t position, bool valid) {
+  std::vector<double> x;
+  const auto u = static_cast<std::uint64_t>(position);
+  x.insert(x.end(), {2.0, static_cast<double>(g.kv.rows()), static_cast<double>(g.kv.cols()), decay,
+                     static_cast<double>(u >> 32), static_cast<double>(u & 0xffffffffULL), valid ? 1.0 : 0.0, 1.0});
+  for (index_t i = 0; i < g.kv.size(); ++i) x.push_back(static_cast<double>(g.kv.data()[i]));
+  for (index_t i = 0; i < g.k_sum.size(); ++i) x.push_back(static_cast<double>(g.k_sum[i]));
+  return x;
+}
+
+/// This rank's incoming state of causal sequence-parallel linear attention (the forward's scan).
+template <class T, class Encoding, class Phi, class Backend>
+linear_attention_state<T> incoming_state(MPI_Comm comm, int rank, const matrix_view<const T>& k,
+                                         const matrix_view<const T>& v, const Encoding& encoding, const Phi& phi,
+                                         const linear_options& options, index_t f, const Backend& backend) {
+  const auto summary = lrpe::linear_attention_summary(k, v, encoding, phi, options, backend);
+  std::vector<double> mine = summary.export_state().to_flat();
+  const std::vector<double> incoming = exscan(comm, mine, &fold_summaries, false);
+  if (rank > 0 && incoming[6] > 0)  // (rank 0's Exscan result is undefined: it starts empty)
+    return linear_attention_state<T>(linear_attention_snapshot<T>::from_flat(incoming));
+  return linear_attention_state<T>(f, v.cols, options.decay);
+}
+
+/**
+ * The shards of a sequence-parallel linear call, checked on every rank (`exchange`): this
+ * rank's arguments (`validate_linear`, then `more()`), the same widths and decay everywhere,
+ * and causal shards in rank order. Returns this rank and d_f.
+ */
+template <class T, class Encoding, class Phi, class More>
+std::pair<int, index_t> check_linear_shards(MPI_Comm comm, const matrix_view<const T>& q, const matrix_view<const T>& k,
+                                            const matrix_view<const T>& v, const matrix_view<T>& out,
+                                            const Encoding& encoding, const Phi& phi, const linear_options& options,
+                                            const char* where, More&& more) {
+  const auto all = exchange(comm, [&] {
+    const index_t f = lrpe::detail::validate_linear<T>(q, k, v, out, encoding, phi, options, nullptr, where);
+    more();
+    shard s;
+    s.nq = q.rows;
+    s.nk = k.rows;
+    s.d = q.cols;
+    s.dv = v.cols;
+    s.f = f;
+    s.decay = options.decay;
+    if (k.rows > 0) {
+      s.first = options.k_positions[0];
+      s.last = options.k_positions[k.rows - 1];
+    }
+    return s;
+  });
+  require_same_widths(all, where);
+  if (options.causal) {
+    std::int64_t last = std::numeric_limits<std::int64_t>::min();
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      if (all[r].nk == 0) continue;
+      lrpe::detail::require_parameter(all[r].first >= last, where, "options.k_positions",
+                                      lrpe::detail::lazy_concat("must continue the previous rank's shard (rank ", r,
+                                                                " starts before the last position ", last,
+                                                                " of the ranks before it)"),
+                                      all[r].first);
+      last = all[r].last;
+    }
+  }
+  int rank = 0;
+  check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+  return {rank, static_cast<index_t>(all[0].f)};
+}
+
 }  // namespace detail
 
 /**
@@ -193,52 +312,11 @@ void linear_attention(MPI_Comm comm, const Q& q_in, const K& k_in, const V& v_in
   const auto v = lrpe::detail::as_input(v_in);
   const auto out = lrpe::detail::as_output(out_in);
   using T = lrpe::detail::input_scalar_t<Q>;
-  const auto all = detail::exchange(comm, [&] {
-    const index_t f = lrpe::detail::validate_linear<T>(q, k, v, out, encoding, phi, options, nullptr, where);
-    detail::shard s;
-    s.nq = q.rows;
-    s.nk = k.rows;
-    s.d = q.cols;
-    s.dv = v.cols;
-    s.f = f;
-    s.decay = options.decay;
-    if (k.rows > 0) {
-      s.first = options.k_positions[0];
-      s.last = options.k_positions[k.rows - 1];
-    }
-    return s;
-  });
-  detail::require_same_widths(all, where);
-  int rank = 0;
-  detail::check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
-  const index_t f = static_cast<index_t>(all[0].f), dv = v.cols;
+  const auto shards = detail::check_linear_shards(comm, q, k, v, out, encoding, phi, options, where, [] {});
+  const int rank = shards.first;
+  const index_t f = shards.second, dv = v.cols;
   if (options.causal) {
-    std::int64_t last = std::numeric_limits<std::int64_t>::min();
-    for (std::size_t r = 0; r < all.size(); ++r) {
-      if (all[r].nk == 0) continue;
-      lrpe::detail::require_parameter(all[r].first >= last, where, "options.k_positions",
-                                      lrpe::detail::lazy_concat("must continue the previous rank's shard (rank ", r,
-                                                                " starts before the last position ", last,
-                                                                " of the ranks before it)"),
-                                      all[r].first);
-      last = all[r].last;
-    }
-  }
-  if (options.causal) {
-    const auto summary = lrpe::linear_attention_summary(k, v, encoding, phi, options, backend);
-    std::vector<double> mine = summary.export_state().to_flat(), incoming(mine.size(), 0.0);
-    MPI_Datatype type;
-    MPI_Op op;
-    detail::check(MPI_Type_contiguous(static_cast<int>(mine.size()), MPI_DOUBLE, &type), "MPI_Type_contiguous");
-    detail::check(MPI_Type_commit(&type), "MPI_Type_commit");
-    detail::check(MPI_Op_create(&detail::fold_summaries, /*commute=*/0, &op), "MPI_Op_create");
-    const int rc = MPI_Exscan(mine.data(), incoming.data(), 1, type, op, comm);
-    MPI_Op_free(&op);
-    MPI_Type_free(&type);
-    detail::check(rc, "MPI_Exscan");
-    linear_attention_state<T> state(f, dv, options.decay);
-    if (rank > 0 && incoming[6] > 0)  // (rank 0's Exscan result is undefined: it starts empty)
-      state = linear_attention_state<T>(linear_attention_snapshot<T>::from_flat(incoming));
+    linear_attention_state<T> state = detail::incoming_state<T>(comm, rank, k, v, encoding, phi, options, f, backend);
     lrpe::linear_attention(q, k, v, out, encoding, phi, state, options, backend);
     return;
   }
@@ -353,6 +431,185 @@ void softmax_attention(MPI_Comm comm, const Q& q_in, const K& k_in, const V& v_i
     }
     if (pending > 0) detail::check(MPI_Waitall(pending, req, MPI_STATUSES_IGNORE), "MPI_Waitall");
     std::swap(cur, next);
+  }
+}
+
+/**
+ * The backward of sequence-parallel causal linear attention: this rank's dq, dk, dv (written)
+ * and its share of the encoding's parameter gradient and of `options.decay_gradient` (added:
+ * sum them over the ranks, e.g. with MPI_Allreduce). Each rank recomputes its incoming state
+ * (the forward's scan), runs its segment's backward once for the gradient of that state, and a
+ * reverse `MPI_Exscan` of those gradients (each decayed to the previous state's position) gives
+ * each rank the gradient of the state its segment leaves; a second pass of the segment's
+ * backward then gives the exact gradients (twice the local backward, d_f·d_v + d_f numbers per
+ * rank on the wire). Arguments as `mpi::linear_attention` and `linear_attention_backward`.
+ * @throws lrpe::error on every rank: as `mpi::linear_attention`, a non-causal call, and the
+ * gradients' shapes.
+ */
+template <class Q, class K, class V, class DO, class DQ, class DK, class DV, class Encoding, class Phi,
+          class Backend = backend::reference>
+void linear_attention_backward(MPI_Comm comm, const Q& q_in, const K& k_in, const V& v_in, const DO& d_out_in,
+                               DQ&& dq_in, DK&& dk_in, DV&& dv_in, const Encoding& encoding, const Phi& phi,
+                               const linear_options& options, lrpe::detail::gradient_t<Encoding>* grad = nullptr,
+                               Backend backend = {}) {
+  constexpr const char* where = "lrpe::mpi::linear_attention_backward";
+  // (named views, not a structured binding: the lambda below captures them)
+  const auto views = lrpe::detail::linear_backward_views(q_in, k_in, v_in, d_out_in, dq_in, dk_in, dv_in);
+  const auto& q = std::get<0>(views);
+  const auto& k = std::get<1>(views);
+  const auto& v = std::get<2>(views);
+  const auto& d_out = std::get<3>(views);
+  const auto& dq = std::get<4>(views);
+  const auto& dk = std::get<5>(views);
+  const auto& dv = std::get<6>(views);
+  using T = lrpe::detail::input_scalar_t<Q>;
+  const matrix_view<T> out_shape(const_cast<T*>(d_out.data), d_out.rows, d_out.cols, d_out.row_stride);  // read only
+  const auto shards = detail::check_linear_shards(comm, q, k, v, out_shape, encoding, phi, options, where, [&] {
+    lrpe::detail::require_parameter(options.causal, where, "options.causal",
+                                    "must be true (the backward of the sharded non-causal call is not there yet)",
+                                    "false");
+    lrpe::detail::validate_linear_backward<T, Encoding, Phi>(q, k, v, dq, dk, dv, encoding, grad, where);
+  });
+  const int rank = shards.first;
+  int ranks = 1;
+  detail::check(MPI_Comm_size(comm, &ranks), "MPI_Comm_size");
+  const index_t f = shards.second;
+  const linear_attention_state<T> incoming =
+      detail::incoming_state<T>(comm, rank, k, v, encoding, phi, options, f, backend);
+  // pass 1: the gradient of the incoming state from this rank's own outputs
+  linear_options local = options;
+  local.decay_gradient = nullptr;
+  row_matrix<T> sq(q.rows, q.cols), sk(k.rows, k.cols), sv(v.rows, v.cols);
+  linear_state_gradient<T> own;
+  lrpe::linear_attention_backward(q, k, v, d_out, sq, sk, sv, encoding, phi, incoming, nullptr, &own, local,
+                                  nullptr, backend);
+  // the later ranks' gradients of the states they start from, decayed to this rank's last position
+  std::vector<double> item = detail::flat_gradient(own, options.decay, incoming.last_position(), !incoming.empty());
+  const std::vector<double> later = detail::exscan(comm, item, &detail::fold_state_gradients, /*reversed=*/true);
+  linear_state_gradient<T> d_final(f, v.cols);
+  const bool has_later = rank < ranks - 1 && later[6] > 0;
+  if (has_later) {
+    for (index_t i = 0; i < d_final.kv.size(); ++i) d_final.kv.data()[i] = static_cast<T>(later[detail::summary_header + i]);
+    for (index_t i = 0; i < f; ++i) d_final.k_sum[i] = static_cast<T>(later[detail::summary_header + d_final.kv.size() + i]);
+  }
+  // pass 2: the whole gradient of this segment
+  lrpe::linear_attention_backward(q, k, v, d_out, dq, dk, dv, encoding, phi, incoming, has_later ? &d_final : nullptr,
+                                  nullptr, options, grad, backend);
+}
+
+/**
+ * The backward of ring softmax attention: this rank's dq, dk, dv (written) and its share of the
+ * encoding's parameter gradient (added: sum it over the ranks). K/V blocks travel around the
+ * ring again, each with its dK and dV accumulators; every rank adds its queries' part (the
+ * block's `softmax_attention_backward` given this rank's merged O and lse) and passes the block
+ * on, so that after P steps each block's accumulators are back with their owner.
+ * @param out, lse this rank's forward output and log-sum-exps (`mpi::softmax_attention` with
+ *                 lse); an empty lse is recomputed by one more forward ring.
+ * @throws lrpe::error on every rank: as `mpi::softmax_attention`, and the gradients' shapes.
+ */
+template <class Q, class K, class V, class O, class DO, class DQ, class DK, class DV, class Encoding,
+          class Reweight = no_reweighting, class Backend = backend::reference>
+void softmax_attention_backward(MPI_Comm comm, const Q& q_in, const K& k_in, const V& v_in, const O& out_in,
+                                const DO& d_out_in, std::span<const lrpe::detail::input_scalar_t<Q>> lse,
+                                DQ&& dq_in, DK&& dk_in, DV&& dv_in, const Encoding& encoding,
+                                const softmax_options<Reweight>& options = {},
+                                lrpe::detail::gradient_t<Encoding>* grad = nullptr, Backend backend = {}) {
+  constexpr const char* where = "lrpe::mpi::softmax_attention_backward";
+  using T = lrpe::detail::input_scalar_t<Q>;
+  const auto q = lrpe::detail::as_input(q_in);
+  const auto k = lrpe::detail::as_input(k_in);
+  const auto v = lrpe::detail::as_input(v_in);
+  const auto out = lrpe::detail::as_input(out_in);
+  const auto d_out = lrpe::detail::as_input(d_out_in);
+  const auto dq = lrpe::detail::as_output(dq_in);
+  const auto dk = lrpe::detail::as_output(dk_in);
+  const auto dv = lrpe::detail::as_output(dv_in);
+  const matrix_view<T> out_shape(const_cast<T*>(out.data), out.rows, out.cols, out.row_stride);  // read only
+  const auto all = detail::exchange(comm, [&] {
+    lrpe::detail::validate_softmax(q, k, v, out_shape, encoding, options, where);
+    lrpe::detail::validate_softmax_backward(q, k, v, d_out, lse, dq, dk, dv, where);
+    detail::shard s;
+    s.nq = q.rows;
+    s.nk = k.rows;
+    s.d = q.cols;
+    s.dv = v.cols;
+    for (index_t i = 0; i < q.rows; ++i)
+      s.q_last = i == 0 ? options.q_positions[0] : std::max<std::int64_t>(s.q_last, options.q_positions[i]);
+    s.needs_lse = lse.empty() && q.rows > 0;
+    return s;
+  });
+  detail::require_same_widths(all, where);
+  int rank = 0, ranks = 1;
+  detail::check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+  detail::check(MPI_Comm_size(comm, &ranks), "MPI_Comm_size");
+  std::vector<T> recomputed;
+  // one more forward ring for the log-sum-exps when a rank lacks them (every rank takes part)
+  if (std::any_of(all.begin(), all.end(), [](const detail::shard& s) { return s.needs_lse != 0; })) {
+    row_matrix<T> scratch(q.rows, v.cols);
+    recomputed.resize(static_cast<std::size_t>(q.rows));
+    softmax_attention(comm, q, k, v, scratch, encoding, options, backend, std::span<T>(recomputed));
+    lse = recomputed;
+  }
+  const index_t d = q.cols, dvw = v.cols;
+  index_t most = 0;
+  for (const auto& s : all) most = std::max<index_t>(most, static_cast<index_t>(s.nk));
+  struct block {
+    row_matrix<T> k, v, dk, dv;
+    std::vector<position_t> pos;
+  };
+  block cur{row_matrix<T>(most, d), row_matrix<T>(most, dvw), row_matrix<T>::Zero(most, d),
+            row_matrix<T>::Zero(most, dvw), std::vector<position_t>(static_cast<std::size_t>(most))};
+  block next = cur;
+  for (index_t i = 0; i < k.rows; ++i) {
+    std::copy(k.row(i), k.row(i) + d, cur.k.row(i).data());
+    std::copy(v.row(i), v.row(i) + dvw, cur.v.row(i).data());
+    cur.pos[static_cast<std::size_t>(i)] = options.k_positions[i];
+  }
+  for (index_t i = 0; i < dq.rows; ++i) std::fill(dq.row(i), dq.row(i) + d, T(0));
+  row_matrix<T> dq_part(q.rows, d), dk_part(most, d), dv_part(most, dvw);
+  const int to = (rank + 1) % ranks, from = (rank + ranks - 1) % ranks;
+  const MPI_Datatype type = detail::datatype<T>();
+  for (int step = 0; step < ranks; ++step) {  // P steps, P passes: every block ends at home
+    const int owner = (rank - step + ranks) % ranks;
+    const int arriving = (owner - 1 + ranks) % ranks;
+    const auto nk = static_cast<index_t>(all[static_cast<std::size_t>(owner)].nk);
+    const int held = static_cast<int>(nk), incoming = static_cast<int>(all[static_cast<std::size_t>(arriving)].nk);
+    MPI_Request req[10];
+    int pending = 0;
+    if (step + 1 < ranks) {  // the next block's K, V, positions, while this one is computed
+      detail::check(MPI_Irecv(next.k.data(), incoming * int(d), type, from, 0, comm, &req[pending++]), "MPI_Irecv");
+      detail::check(MPI_Irecv(next.v.data(), incoming * int(dvw), type, from, 1, comm, &req[pending++]), "MPI_Irecv");
+      detail::check(MPI_Irecv(next.pos.data(), incoming, MPI_INT64_T, from, 2, comm, &req[pending++]), "MPI_Irecv");
+      detail::check(MPI_Isend(cur.k.data(), held * int(d), type, to, 0, comm, &req[pending++]), "MPI_Isend");
+      detail::check(MPI_Isend(cur.v.data(), held * int(dvw), type, to, 1, comm, &req[pending++]), "MPI_Isend");
+      detail::check(MPI_Isend(cur.pos.data(), held, MPI_INT64_T, to, 2, comm, &req[pending++]), "MPI_Isend");
+    }
+    const bool hidden = options.causal && nk > 0 && q.rows > 0 &&
+                        *std::min_element(cur.pos.begin(), cur.pos.begin() + nk) > all[static_cast<std::size_t>(rank)].q_last;
+    if (nk > 0 && q.rows > 0 && !hidden) {
+      softmax_options<Reweight> o = options;
+      o.k_positions = std::span<const position_t>(cur.pos.data(), static_cast<std::size_t>(nk));
+      auto dkp = dk_part.topRows(nk);
+      auto dvp = dv_part.topRows(nk);
+      lrpe::softmax_attention_backward(q, cur.k.topRows(nk), cur.v.topRows(nk), out, d_out, lse, dq_part, dkp, dvp,
+                                       encoding, o, grad, backend);
+      for (index_t i = 0; i < q.rows; ++i)
+        for (index_t j = 0; j < d; ++j) dq.row(i)[j] += dq_part(i, j);
+      cur.dk.topRows(nk) += dkp;
+      cur.dv.topRows(nk) += dvp;
+    }
+    // the accumulators follow their block (on the last step, home)
+    const int acc_in = step + 1 < ranks ? incoming : static_cast<int>(all[static_cast<std::size_t>(rank)].nk);
+    detail::check(MPI_Irecv(next.dk.data(), acc_in * int(d), type, from, 3, comm, &req[pending++]), "MPI_Irecv");
+    detail::check(MPI_Irecv(next.dv.data(), acc_in * int(dvw), type, from, 4, comm, &req[pending++]), "MPI_Irecv");
+    detail::check(MPI_Isend(cur.dk.data(), held * int(d), type, to, 3, comm, &req[pending++]), "MPI_Isend");
+    detail::check(MPI_Isend(cur.dv.data(), held * int(dvw), type, to, 4, comm, &req[pending++]), "MPI_Isend");
+    detail::check(MPI_Waitall(pending, req, MPI_STATUSES_IGNORE), "MPI_Waitall");
+    std::swap(cur, next);
+  }
+  for (index_t i = 0; i < k.rows; ++i) {
+    std::copy(cur.dk.row(i).data(), cur.dk.row(i).data() + d, dk.row(i));
+    std::copy(cur.dv.row(i).data(), cur.dv.row(i).data() + dvw, dv.row(i));
   }
 }
 

@@ -2,9 +2,12 @@
 // lrpe::mpi against the single-process calls, run by ctest under mpiexec on 1 to 4 ranks: every
 // rank builds the whole input from a seed, runs its shard, and compares its rows. Float and
 // double; causal and not; no encoding, an LRPE encoder (Type 2), ALiBi; uneven shards, a rank
-// with no rows, zigzag blocks; and errors, thrown on every rank alike.
+// with no rows, zigzag blocks; the backward of both (dq, dk, dv, and the parameter and decay
+// gradients summed over the ranks); and errors, thrown on every rank alike.
 #include <lrpe/mpi.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -111,6 +114,125 @@ void all_cases() {
   }
 }
 
+/// Sums a parameter gradient over the ranks (its vectors, in double).
+void allreduce(std::vector<double>& x) {
+  if (!x.empty()) MPI_Allreduce(MPI_IN_PLACE, x.data(), int(x.size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+}
+void allreduce(lrpe::encoder_gradient& g) {
+  allreduce(g.lambda);
+  allreduce(g.p);
+}
+double max_rel(const std::vector<double>& a, const std::vector<double>& b) {
+  double err = 0, scale = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    err = std::max(err, std::abs(a[i] - b[i]));
+    scale = std::max(scale, std::abs(b[i]));
+  }
+  return err / (1 + scale);
+}
+double max_rel(const lrpe::encoder_gradient& a, const lrpe::encoder_gradient& b) {
+  return std::max(max_rel(a.lambda, b.lambda), max_rel(a.p, b.p));
+}
+
+/// The backward of sequence-parallel causal linear attention against one process's: the
+/// rank's dq, dk, dv rows, and the parameter and decay gradients summed over the ranks.
+template <class T>
+void linear_backward_case() {
+  const lrpe::index_t n = 41, d = 8, dv = 6;
+  const auto q = uniform<T>(n, d, 11), k = uniform<T>(n, d, 12), v = uniform<T>(n, dv, 13);
+  const auto d_out = uniform<T>(n, dv, 14);
+  const lrpe::type2<T> enc(d);
+  const lrpe::feature_maps::elu_plus_one phi;
+  double d_decay = 0, d_decay_mine = 0;
+  lrpe::linear_options opt{.causal = true, .norm = lrpe::normalisation::denominator, .decay = 0.95};
+  opt.q_positions = opt.k_positions = 7;
+  opt.decay_gradient = &d_decay;
+  lrpe::row_matrix<T> dq1(n, d), dk1(n, d), dv1(n, dv);
+  auto g1 = enc.make_gradient();
+  lrpe::linear_attention_backward(q, k, v, d_out, dq1, dk1, dv1, enc, phi, opt, &g1);
+  const auto [r0, r1] = shard(n, rank);
+  const lrpe::index_t m = r1 - r0;
+  lrpe::linear_options mine = opt;
+  mine.q_positions = mine.k_positions = 7 + r0;
+  mine.decay_gradient = &d_decay_mine;
+  lrpe::row_matrix<T> dq(m, d), dk(m, d), dv_(m, dv);
+  auto g = enc.make_gradient();
+  lrpe::mpi::linear_attention_backward(MPI_COMM_WORLD, q.middleRows(r0, m), k.middleRows(r0, m), v.middleRows(r0, m),
+                                       d_out.middleRows(r0, m), dq, dk, dv_, enc, phi, mine, &g);
+  allreduce(g);
+  MPI_Allreduce(MPI_IN_PLACE, &d_decay_mine, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  const double tol = 10 * tolerance<T>();
+  const auto rows_err = [&](const lrpe::row_matrix<T>& got, const lrpe::row_matrix<T>& want) {
+    return m == 0 ? 0.0
+                  : double((got - want.middleRows(r0, m)).cwiseAbs().maxCoeff()) / (1 + double(want.cwiseAbs().maxCoeff()));
+  };
+  check(rows_err(dq, dq1) <= tol, "linear backward dq " + std::to_string(rows_err(dq, dq1)));
+  check(rows_err(dk, dk1) <= tol, "linear backward dk " + std::to_string(rows_err(dk, dk1)));
+  check(rows_err(dv_, dv1) <= tol, "linear backward dv " + std::to_string(rows_err(dv_, dv1)));
+  check(max_rel(g, g1) <= tol, "linear backward dθ " + std::to_string(max_rel(g, g1)));
+  check(std::abs(d_decay_mine - d_decay) <= tol * (1 + std::abs(d_decay)),
+        "linear backward dλ " + std::to_string(d_decay_mine) + " vs " + std::to_string(d_decay));
+}
+
+/// The backward of ring softmax attention against one process's, zigzag or contiguous.
+template <class T, class Encoding>
+void softmax_backward_case(const Encoding& enc, bool causal, bool zigzag, bool with_lse, const char* name) {
+  const lrpe::index_t block = 7, n = 2 * block * ranks, d = 8, dv = 5;
+  const auto q = uniform<T>(n, d, 15), k = uniform<T>(n, d, 16), v = uniform<T>(n, dv, 17);
+  const auto d_out = uniform<T>(n, dv, 18);
+  lrpe::softmax_options<> opt;
+  opt.causal = causal;
+  lrpe::row_matrix<T> out1(n, dv), dq1(n, d), dk1(n, d), dv1(n, dv);
+  lrpe::softmax_attention(q, k, v, out1, enc, opt);
+  auto g1 = enc.make_gradient();
+  lrpe::softmax_attention_backward(q, k, v, out1, d_out, {}, dq1, dk1, dv1, enc, opt, &g1);
+  std::vector<lrpe::index_t> rows;
+  if (zigzag) {
+    for (lrpe::index_t b : {lrpe::index_t(rank), lrpe::index_t(2 * ranks - 1 - rank)})
+      for (lrpe::index_t i = 0; i < block; ++i) rows.push_back(b * block + i);
+  } else {
+    const auto [r0, r1] = shard(n, rank);
+    for (lrpe::index_t i = r0; i < r1; ++i) rows.push_back(i);
+  }
+  const auto m = static_cast<lrpe::index_t>(rows.size());
+  lrpe::row_matrix<T> mq(m, d), mk(m, d), mv(m, dv), mo(m, dv), out(m, dv), dq(m, d), dk(m, d), dv_(m, dv);
+  for (lrpe::index_t i = 0; i < m; ++i) {
+    mq.row(i) = q.row(rows[std::size_t(i)]);
+    mk.row(i) = k.row(rows[std::size_t(i)]);
+    mv.row(i) = v.row(rows[std::size_t(i)]);
+    mo.row(i) = d_out.row(rows[std::size_t(i)]);
+  }
+  std::vector<lrpe::position_t> pos(rows.begin(), rows.end());
+  opt.q_positions = opt.k_positions = pos;
+  std::vector<T> lse(static_cast<std::size_t>(m));
+  lrpe::mpi::softmax_attention(MPI_COMM_WORLD, mq, mk, mv, out, enc, opt, lrpe::backend::reference{}, std::span<T>(lse));
+  auto g = enc.make_gradient();
+  lrpe::mpi::softmax_attention_backward(MPI_COMM_WORLD, mq, mk, mv, out, mo,
+                                        with_lse ? std::span<const T>(lse) : std::span<const T>(), dq, dk, dv_, enc,
+                                        opt, &g);
+  allreduce(g);
+  double err = 0;
+  for (lrpe::index_t i = 0; i < m; ++i) {
+    const auto r = rows[std::size_t(i)];
+    err = std::max({err, double((dq.row(i) - dq1.row(r)).cwiseAbs().maxCoeff()),
+                    double((dk.row(i) - dk1.row(r)).cwiseAbs().maxCoeff()),
+                    double((dv_.row(i) - dv1.row(r)).cwiseAbs().maxCoeff())});
+  }
+  const std::string what = std::string("softmax backward ") + name + (causal ? " causal" : "") +
+                           (zigzag ? " zigzag" : "") + (with_lse ? "" : " (lse recomputed)");
+  check(err <= 10 * tolerance<T>(), what + ": " + std::to_string(err));
+  check(max_rel(g, g1) <= 10 * tolerance<T>(), what + " parameters: " + std::to_string(max_rel(g, g1)));
+}
+
+template <class T>
+void backward_cases() {
+  linear_backward_case<T>();
+  for (bool causal : {false, true}) {
+    softmax_backward_case<T>(lrpe::type2<T>(8), causal, causal, true, "type2");
+    softmax_backward_case<T>(lrpe::canonical::alibi<T>(8, {0.25}), causal, false, !causal, "alibi");
+  }
+}
+
 /// `call` must throw on every rank, an exception of type E whose message names `what`.
 template <class E, class F>
 void expect_error(F&& call, const std::string& what) {
@@ -154,6 +276,8 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   all_cases<float>();
   all_cases<double>();
+  backward_cases<float>();
+  backward_cases<double>();
   errors();
   int total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
