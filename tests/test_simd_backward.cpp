@@ -292,7 +292,16 @@ struct linear_case {
   double decay;
   index_t chunk;
   position_t q0, k0;
+  bool arrays = false;  ///< positions as arrays (q0, k0 onwards with gaps) instead of offsets
 };
+
+/// n sorted positions from `first`, with gaps of 1 to 3 (the seed's).
+std::vector<position_t> gapped(position_t first, index_t n, std::uint64_t seed) {
+  lrpe::generator g(seed);
+  std::vector<position_t> p;
+  for (index_t i = 0; i < n; ++i) p.push_back(i == 0 ? first : p.back() + 1 + position_t(3 * g.uniform01()));
+  return p;
+}
 
 /// The linear attention backward of one case (1+elu features, RoPE) on the reference and on
 /// the SIMD backend: the largest difference of dQ, dK, dV, dθ and the initial state's gradient.
@@ -310,6 +319,13 @@ double linear_backward_case(const linear_case& c, std::uint64_t seed) {
   opt.chunk = c.chunk;
   opt.q_positions = c.q0;
   opt.k_positions = c.k0;
+  // arrays: keys with gaps, each query at a key's position (so that every query has its keys)
+  const std::vector<position_t> kp = gapped(c.k0, c.nk, seed + 9);
+  const std::vector<position_t> qp(kp.end() - c.nq, kp.end());
+  if (c.arrays) {
+    opt.q_positions = qp;
+    opt.k_positions = kp;
+  }
   lrpe::linear_attention_state<T> initial(c.d, c.dv, c.decay);
   lrpe::linear_state_gradient<T> d_final(c.d, c.dv), di1, di2;
   if (c.with_state) {
@@ -361,10 +377,13 @@ TEST_CASE_TEMPLATE("SIMD linear backward == reference: non-causal, cross-attenti
       {33, 100, 8, 24, true, false, true, 0.9, 16, 67, 0},  {33, 100, 10, 3, true, true, true, 1.0, 7, 60, 0},
       {1, 1, 4, 4, true, true, true, 0.9, 64, 7, 7},        {64, 64, 64, 64, true, false, true, 0.99, 64, -3, -3},
       {20, 30, 8, 8, true, false, true, 1.0, 64, 20, 0},  // queries past the last key: the reference path
+      // position arrays with gaps: the SIMD passes on reversed, negated arrays
+      {40, 90, 8, 6, true, true, true, 0.95, 16, 0, 10, true}, {90, 90, 16, 16, true, false, false, 0.9, 7, 0, -50, true},
+      {30, 70, 8, 8, false, true, false, 1.0, 64, 0, 5, true},
   };
   for (const auto& c : cases) {
     INFO("nq=" << c.nq << " nk=" << c.nk << " d=" << c.d << " dv=" << c.dv << " causal=" << c.causal
-               << " normalised=" << c.normalised << " q0=" << c.q0 << " k0=" << c.k0);
+               << " normalised=" << c.normalised << " q0=" << c.q0 << " k0=" << c.k0 << " arrays=" << c.arrays);
     CHECK(linear_backward_case<T>(c, 22) <= kernel_vs_kernel<T>());
   }
 }

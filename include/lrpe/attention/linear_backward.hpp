@@ -151,8 +151,9 @@ auto linear_backward_views(const Q& q_in, const K& k_in, const V& v_in, const DO
  *
  * The reference kernel works pair by pair (O(n_q·n_k·(d_f + d_v)) time, O(n·d_f) memory); the
  * SIMD tags run three passes of their forward kernel by chunks (backend/simd/linear_backward.hpp;
- * position arrays: the reference kernel). At a normalised row whose denominator is at or below eps the output is
- * num/eps, whose gradient does not reach the denominator.
+ * causal queries past the last key and a causal dL/dλ: the reference kernel). At a normalised
+ * row whose denominator is at or below eps the output is num/eps, whose gradient does not reach
+ * the denominator.
  * @throws as `linear_attention`, and shape_error for dq, dk, dv or grad of the wrong shape.
  */
 template <class Q, class K, class V, class DO, class DQ, class DK, class DV, class Encoding, class Phi,

@@ -19,8 +19,8 @@
  * ("backwards in time": rows reversed, positions negated, so that s ≥ t becomes causal), and the
  * state the dk̃ pass leaves is [dS₀ | dz₀]ᵀ up to the decay from the first query to the initial
  * state. A normalised call first recomputes num and den by one more pass (values v̂). Covers
- * positions given as offsets, causal or not; other calls (position arrays, queries past the last
- * key with a state gradient, dL/dλ wanted) take the reference kernel.
+ * positions given as offsets or arrays, causal or not; other calls (causal queries past the
+ * last key, dL/dλ wanted with causal) take the reference kernel.
  */
 #pragma once
 
@@ -31,6 +31,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <span>
+#include <vector>
 
 namespace lrpe {
 inline namespace v0 {
@@ -50,8 +52,14 @@ matrix_view<const T> left_cols(const matrix_view<const T>& x, index_t cols) {
   return matrix_view<const T>(x.data, x.rows, cols, x.row_stride);
 }
 
-/// n positions from `first` on, reversed and negated: −(first + n − 1), …, −first.
-inline positions reversed_offsets(const positions& p, index_t n) { return positions(-(p.offset() + (n - 1))); }
+/// n positions reversed and negated: −p[n − 1], …, −p[0] (an offset stays an offset; an array
+/// is written to `storage`).
+inline positions reversed_positions(const positions& p, index_t n, std::vector<position_t>& storage) {
+  if (!p.is_array()) return positions(-(p.offset() + (n - 1)));
+  storage.resize(static_cast<std::size_t>(n));
+  for (index_t i = 0; i < n; ++i) storage[static_cast<std::size_t>(i)] = -p[n - 1 - i];
+  return positions(std::span<const position_t>(storage));
+}
 
 /// A state of the given sizes and decay holding S (rows of `stride`, or none: empty) at `last`.
 template <class T>
@@ -143,12 +151,12 @@ template <class T>
 bool linear_backward_covered(const linear_backward_problem<T>& p) {
   const linear_problem<T>& f = p.forward;
   constexpr position_t lowest = std::numeric_limits<position_t>::min();
-  if (f.qf.rows == 0 || f.kf.rows == 0 || f.qf.cols == 0 || f.v.cols == 0 || f.q_positions.is_array() ||
-      f.k_positions.is_array() || (p.d_decay != nullptr && f.causal))
+  if (f.qf.rows == 0 || f.kf.rows == 0 || f.qf.cols == 0 || f.v.cols == 0 || (p.d_decay != nullptr && f.causal))
     return false;
   if (!f.causal) return true;
-  const position_t q0 = f.q_positions.offset(), k0 = f.k_positions.offset();
-  const position_t q_last = q0 + (f.qf.rows - 1), k_last = k0 + (f.kf.rows - 1);
+  // causal positions are non-decreasing (validated): the first is the least, the last the most
+  const position_t q0 = f.q_positions[0], k0 = f.k_positions[0];
+  const position_t q_last = f.q_positions[f.qf.rows - 1], k_last = f.k_positions[f.kf.rows - 1];
   if (q0 == lowest || k0 == lowest || q_last > k_last) return false;  // (negated; the reversed passes' state first)
   return p.initial == nullptr || p.initial->empty() || p.initial->last_position() <= q0;
 }
@@ -195,8 +203,9 @@ bool linear_backward_simd(const linear_backward_problem<T>& p, simd_workspace& w
   }
 
   // dk̃ and dv: backwards in time, from the final state's gradient at −P
-  const position_t last_key = f.k_positions.offset() + (nk - 1);
-  const positions rq = reversed_offsets(f.k_positions, nk), rk = reversed_offsets(f.q_positions, nq);
+  const position_t last_key = f.k_positions[nk - 1];
+  std::vector<position_t> rq_store, rk_store;
+  const positions rq = reversed_positions(f.k_positions, nk, rq_store), rk = reversed_positions(f.q_positions, nq, rk_store);
   T* at = rest;
   const auto v_hat_r = reversed_rows(in.v_hat, at);
   const auto g_hat_r = reversed_rows(in.g_hat, at += nk * da);
@@ -225,7 +234,7 @@ bool linear_backward_simd(const linear_backward_problem<T>& p, simd_workspace& w
     p.d_initial->kv = row_matrix<T>::Zero(df, dv);
     p.d_initial->k_sum = dense_vector<T>::Zero(df);
     if (has_state) {
-      const position_t p_init = p.initial->last_position(), q0 = f.q_positions.offset();
+      const position_t p_init = p.initial->last_position(), q0 = f.q_positions[0];
       const T c = static_cast<T>(decay_pow(lambda, q0 - p_init));
       const row_matrix<T>& h = s4.kv();
       for (index_t i = 0; i < df; ++i) {
@@ -240,7 +249,7 @@ bool linear_backward_simd(const linear_backward_problem<T>& p, simd_workspace& w
 }  // namespace simd_detail
 
 /// SIMD linear attention backward: passes of the SIMD forward kernel (see the file comment);
-/// position arrays and the other uncovered calls take the reference kernel.
+/// the calls they do not cover take the reference kernel.
 template <simd_backend B, class T>
 void linear_backward_kernel(const B& b, const linear_backward_problem<T>& p) {
   if (!simd_detail::linear_backward_simd<T, typename B::arch_type>(p, *simd_detail::resolve(b).ws))
