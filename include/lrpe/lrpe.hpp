@@ -37,6 +37,7 @@
 #include <lrpe/check/check.hpp>
 #include <lrpe/check/gradient.hpp>
 
+#include <lrpe/interop/hf_rope.hpp>
 #include <lrpe/interop/rope_conventions.hpp>
 #include <lrpe/attention/attention.hpp>
 #include <lrpe/backend/reference.hpp>

@@ -68,6 +68,28 @@ cos_sin_cache<T> make_cos_sin_cache(index_t max_positions, std::span<const doubl
   return c;
 }
 
+/**
+ * cos/sin caches for a list of positions: row i holds cos and sin of positions[i]·θ_k (any int64
+ * positions, in any order; exact angles as above). A decode step's or a packed batch's rows,
+ * without the table up to the largest position (10⁶ positions × 64 pairs would be 512 MB).
+ * @throws shape_error (no θ), as the overload above for θ.
+ */
+template <real_scalar T>
+cos_sin_cache<T> make_cos_sin_cache(std::span<const position_t> positions, std::span<const double> theta) {
+  constexpr const char* where = "lrpe::interop::make_cos_sin_cache";
+  detail::require_shape(!theta.empty(), where, "theta.size()", "must be >= 1", theta.size());
+  detail::require_frequencies(theta, where, "theta");
+  const auto rows = static_cast<index_t>(positions.size()), half = static_cast<index_t>(theta.size());
+  cos_sin_cache<T> c{row_matrix<T>(rows, half), row_matrix<T>(rows, half)};
+  for (index_t i = 0; i < rows; ++i)
+    for (index_t k = 0; k < half; ++k) {
+      const auto [cs, sn] = detail::angle_cos_sin(positions[static_cast<std::size_t>(i)], theta[static_cast<std::size_t>(k)]);
+      c.cos(i, k) = static_cast<T>(cs);
+      c.sin(i, k) = static_cast<T>(sn);
+    }
+  return c;
+}
+
 /// Row order that turns an HF (split-half) head into Meta's interleaved one:
 /// meta[j] = hf[result[j]] (the odd-even permutation).
 inline std::vector<index_t> hf_to_meta_rows(index_t head_dim) {
