@@ -25,7 +25,7 @@ set(_layers
   "check:^check/"
   "interop:^interop/"
   "mpi:^mpi/"
-  "entry:^(lrpe|simd)\\.hpp$|^cuda\\.cuh$")
+  "entry:^(lrpe|simd|mpi)\\.hpp$|^cuda\\.cuh$")
 
 function(_lrpe_layer_of path out_index out_name)
   set(_i 0)
