@@ -290,6 +290,115 @@ std::pair<int, index_t> check_linear_shards(MPI_Comm comm, const matrix_view<con
   return {rank, static_cast<index_t>(all[0].f)};
 }
 
+/**
+ * The backward of non-causal sharded linear attention: S = Σ k̃ vᵀ and z = Σ k̃ over every
+ * rank's keys (one MPI_Allreduce, as the forward), this rank's dq̃_s = S g_s + z e_s, the
+ * gradients of S and z summed over every rank's queries (a second MPI_Allreduce), then
+ * dk̃_t = dS v_t + dz and dv_t = dSᵀ k̃_t; the features' backward (the encoding's, then φ's)
+ * takes dq̃ and dk̃ to dq and dk. g_s, e_s as the reference kernel (docs/training.md).
+ */
+template <class T, class Encoding, class Phi, class Backend>
+void noncausal_linear_backward(MPI_Comm comm, const matrix_view<const T>& q, const matrix_view<const T>& k,
+                               const matrix_view<const T>& v, const matrix_view<const T>& d_out,
+                               const matrix_view<T>& dq, const matrix_view<T>& dk, const matrix_view<T>& dv,
+                               const Encoding& encoding, const Phi& phi, const linear_options& options, index_t f,
+                               lrpe::detail::gradient_t<Encoding>* grad, const Backend& backend) {
+  constexpr bool featured = !std::is_same_v<Encoding, no_encoding>;
+  const index_t d = q.cols, dvw = v.cols;
+  // φ(x) and the features of this rank's rows
+  row_matrix<T> phi_q(q.rows, d), phi_k(k.rows, d), qf(q.rows, f), kf(k.rows, f);
+  for (index_t i = 0; i < q.rows; ++i) lrpe::detail::apply_feature_map(phi, q.row(i), phi_q.row(i).data(), d);
+  for (index_t i = 0; i < k.rows; ++i) lrpe::detail::apply_feature_map(phi, k.row(i), phi_k.row(i).data(), d);
+  if constexpr (featured) {
+    using backend::encode_features_kernel;
+    encode_features_kernel(backend, encoding, canonical::side::query, view(std::as_const(phi_q)), options.q_positions,
+                           view(qf));
+    encode_features_kernel(backend, encoding, canonical::side::key, view(std::as_const(phi_k)), options.k_positions,
+                           view(kf));
+  } else {
+    qf = phi_q;
+    kf = phi_k;
+  }
+  const Eigen::Map<const row_matrix<T>, 0, Eigen::OuterStride<>> vm(v.data, v.rows, dvw, Eigen::OuterStride<>(v.row_stride));
+  const Eigen::Map<const row_matrix<T>, 0, Eigen::OuterStride<>> gm(d_out.data, d_out.rows, dvw,
+                                                                    Eigen::OuterStride<>(d_out.row_stride));
+  // S, z over every rank's keys
+  std::vector<double> sums(static_cast<std::size_t>(f * dvw + f));
+  Eigen::Map<row_matrix<double>>(sums.data(), f, dvw) = kf.template cast<double>().transpose() * vm.template cast<double>();
+  Eigen::Map<dense_vector<double>>(sums.data() + f * dvw, f) = kf.template cast<double>().colwise().sum().transpose();
+  check(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_DOUBLE, MPI_SUM, comm), "MPI_Allreduce");
+  const Eigen::Map<const row_matrix<double>> s(sums.data(), f, dvw);
+  const Eigen::Map<const dense_vector<double>> z(sums.data() + f * dvw, f);
+  // this rank's queries: g, e, dq̃, and their share of dS, dz
+  row_matrix<T> dqf(q.rows, f), dkf(k.rows, f);
+  std::vector<double> grads(sums.size(), 0.0);
+  Eigen::Map<row_matrix<double>> ds(grads.data(), f, dvw);
+  Eigen::Map<dense_vector<double>> dz(grads.data() + f * dvw, f);
+  for (index_t i = 0; i < q.rows; ++i) {
+    const dense_vector<double> qi = qf.row(i).transpose().template cast<double>();
+    dense_vector<double> g = gm.row(i).transpose().template cast<double>();
+    double e = 0;
+    if (options.norm == normalisation::denominator) {
+      const double den = qi.dot(z);
+      const dense_vector<double> num = s.transpose() * qi;
+      const double inv = 1.0 / std::max(den, options.eps);
+      e = den > options.eps ? -g.dot(num) * inv * inv : 0.0;  // −(dO·out)/den, out = num/den
+      g *= inv;
+    }
+    dqf.row(i) = (s * g + e * z).transpose().template cast<T>();
+    ds.noalias() += qi * g.transpose();
+    dz += e * qi;
+  }
+  check(MPI_Allreduce(MPI_IN_PLACE, grads.data(), static_cast<int>(grads.size()), MPI_DOUBLE, MPI_SUM, comm),
+        "MPI_Allreduce");
+  for (index_t t = 0; t < k.rows; ++t) {
+    const dense_vector<double> vt = vm.row(t).transpose().template cast<double>();
+    const dense_vector<double> kt = kf.row(t).transpose().template cast<double>();
+    dkf.row(t) = (ds * vt + dz).transpose().template cast<T>();
+    const dense_vector<double> dvt = ds.transpose() * kt;
+    for (index_t j = 0; j < dvw; ++j) dv.row(t)[j] = static_cast<T>(dvt[j]);
+  }
+  // through the encoding, then φ
+  if constexpr (featured) {
+    lrpe::detail::features_backward_rows(backend, encoding, canonical::side::query, view(std::as_const(phi_q)),
+                                         options.q_positions, view(std::as_const(dqf)), dq, grad);
+    lrpe::detail::features_backward_rows(backend, encoding, canonical::side::key, view(std::as_const(phi_k)),
+                                         options.k_positions, view(std::as_const(dkf)), dk, grad);
+  } else {
+    for (index_t i = 0; i < q.rows; ++i) std::copy(dqf.row(i).data(), dqf.row(i).data() + d, dq.row(i));
+    for (index_t t = 0; t < k.rows; ++t) std::copy(dkf.row(t).data(), dkf.row(t).data() + d, dk.row(t));
+  }
+  for (index_t i = 0; i < q.rows; ++i)
+    for (index_t j = 0; j < d; ++j) dq.row(i)[j] *= static_cast<T>(phi.derivative(q.row(i)[j]));
+  for (index_t t = 0; t < k.rows; ++t)
+    for (index_t j = 0; j < d; ++j) dk.row(t)[j] *= static_cast<T>(phi.derivative(k.row(t)[j]));
+}
+
+/**
+ * One ring step's transfers of a K/V block with its positions (tags 0, 1, 2): `cur` (held rows)
+ * to rank `to`, the previous rank's block (incoming rows) from rank `from` into `next`; the
+ * requests are appended to req[pending…] for the caller's MPI_Waitall.
+ */
+template <class Block>
+void pass_block(Block& cur, Block& next, int held, int incoming, int to, int from, MPI_Comm comm, MPI_Request* req,
+                int& pending) {
+  using T = typename std::remove_reference_t<decltype(cur.k)>::Scalar;
+  const MPI_Datatype type = datatype<T>();
+  const int d = static_cast<int>(cur.k.cols()), dv = static_cast<int>(cur.v.cols());
+  check(MPI_Irecv(next.k.data(), incoming * d, type, from, 0, comm, &req[pending++]), "MPI_Irecv");
+  check(MPI_Irecv(next.v.data(), incoming * dv, type, from, 1, comm, &req[pending++]), "MPI_Irecv");
+  check(MPI_Irecv(next.pos.data(), incoming, MPI_INT64_T, from, 2, comm, &req[pending++]), "MPI_Irecv");
+  check(MPI_Isend(cur.k.data(), held * d, type, to, 0, comm, &req[pending++]), "MPI_Isend");
+  check(MPI_Isend(cur.v.data(), held * dv, type, to, 1, comm, &req[pending++]), "MPI_Isend");
+  check(MPI_Isend(cur.pos.data(), held, MPI_INT64_T, to, 2, comm, &req[pending++]), "MPI_Isend");
+}
+
+/// Whether a causal block of keys (its first nk positions) is wholly after a rank's last query.
+template <class Block>
+bool hidden_block(bool causal, const Block& b, index_t nk, index_t nq, std::int64_t q_last) {
+  return causal && nk > 0 && nq > 0 && *std::min_element(b.pos.begin(), b.pos.begin() + nk) > q_last;
+}
+
 }  // namespace detail
 
 /**
@@ -413,15 +522,10 @@ void softmax_attention(MPI_Comm comm, const Q& q_in, const K& k_in, const V& v_i
     if (step + 1 < ranks) {  // pass the block on, take the previous rank's
       const auto incoming = static_cast<int>(all[static_cast<std::size_t>((owner - 1 + ranks) % ranks)].nk);
       const auto held = static_cast<int>(nk);
-      detail::check(MPI_Irecv(next.k.data(), incoming * static_cast<int>(d), detail::datatype<T>(), from, 0, comm, &req[pending++]), "MPI_Irecv");
-      detail::check(MPI_Irecv(next.v.data(), incoming * static_cast<int>(dv), detail::datatype<T>(), from, 1, comm, &req[pending++]), "MPI_Irecv");
-      detail::check(MPI_Irecv(next.pos.data(), incoming, MPI_INT64_T, from, 2, comm, &req[pending++]), "MPI_Irecv");
-      detail::check(MPI_Isend(cur.k.data(), held * static_cast<int>(d), detail::datatype<T>(), to, 0, comm, &req[pending++]), "MPI_Isend");
-      detail::check(MPI_Isend(cur.v.data(), held * static_cast<int>(dv), detail::datatype<T>(), to, 1, comm, &req[pending++]), "MPI_Isend");
-      detail::check(MPI_Isend(cur.pos.data(), held, MPI_INT64_T, to, 2, comm, &req[pending++]), "MPI_Isend");
+      detail::pass_block(cur, next, held, incoming, to, from, comm, req, pending);
     }
-    const bool hidden = options.causal && nk > 0 && q.rows > 0 &&
-                        *std::min_element(cur.pos.begin(), cur.pos.begin() + nk) > all[static_cast<std::size_t>(rank)].q_last;
+    const bool hidden =
+        detail::hidden_block(options.causal, cur, nk, q.rows, all[static_cast<std::size_t>(rank)].q_last);
     if (nk > 0 && q.rows > 0 && !hidden) {
       softmax_options<Reweight> o = options;
       o.k_positions = std::span<const position_t>(cur.pos.data(), static_cast<std::size_t>(nk));
@@ -435,16 +539,18 @@ void softmax_attention(MPI_Comm comm, const Q& q_in, const K& k_in, const V& v_i
 }
 
 /**
- * The backward of sequence-parallel causal linear attention: this rank's dq, dk, dv (written)
+ * The backward of sequence-parallel linear attention: this rank's dq, dk, dv (written)
  * and its share of the encoding's parameter gradient and of `options.decay_gradient` (added:
  * sum them over the ranks, e.g. with MPI_Allreduce). Each rank recomputes its incoming state
  * (the forward's scan), runs its segment's backward once for the gradient of that state, and a
  * reverse `MPI_Exscan` of those gradients (each decayed to the previous state's position) gives
  * each rank the gradient of the state its segment leaves; a second pass of the segment's
  * backward then gives the exact gradients (twice the local backward, d_f·d_v + d_f numbers per
- * rank on the wire). Arguments as `mpi::linear_attention` and `linear_attention_backward`.
- * @throws lrpe::error on every rank: as `mpi::linear_attention`, a non-causal call, and the
- * gradients' shapes.
+ * rank on the wire). Not causal: S and z, then their gradients, summed over the ranks by two
+ * `MPI_Allreduce`s (`noncausal_linear_backward`). Arguments as `mpi::linear_attention` and
+ * `linear_attention_backward`.
+ * @throws lrpe::error on every rank: as `mpi::linear_attention`, `options.decay_gradient` set on
+ * a non-causal call, and the gradients' shapes.
  */
 template <class Q, class K, class V, class DO, class DQ, class DK, class DV, class Encoding, class Phi,
           class Backend = backend::reference>
@@ -465,15 +571,18 @@ void linear_attention_backward(MPI_Comm comm, const Q& q_in, const K& k_in, cons
   using T = lrpe::detail::input_scalar_t<Q>;
   const matrix_view<T> out_shape(const_cast<T*>(d_out.data), d_out.rows, d_out.cols, d_out.row_stride);  // read only
   const auto shards = detail::check_linear_shards(comm, q, k, v, out_shape, encoding, phi, options, where, [&] {
-    lrpe::detail::require_parameter(options.causal, where, "options.causal",
-                                    "must be true (the backward of the sharded non-causal call is not there yet)",
-                                    "false");
+    lrpe::detail::require_parameter(options.causal || options.decay_gradient == nullptr, where,
+                                    "options.decay_gradient", "must be null unless options.causal (λ = 1)", "non-null");
     lrpe::detail::validate_linear_backward<T, Encoding, Phi>(q, k, v, dq, dk, dv, encoding, grad, where);
   });
   const int rank = shards.first;
   int ranks = 1;
   detail::check(MPI_Comm_size(comm, &ranks), "MPI_Comm_size");
   const index_t f = shards.second;
+  if (!options.causal) {
+    detail::noncausal_linear_backward<T>(comm, q, k, v, d_out, dq, dk, dv, encoding, phi, options, f, grad, backend);
+    return;
+  }
   const linear_attention_state<T> incoming =
       detail::incoming_state<T>(comm, rank, k, v, encoding, phi, options, f, backend);
   // pass 1: the gradient of the incoming state from this rank's own outputs
@@ -577,15 +686,10 @@ void softmax_attention_backward(MPI_Comm comm, const Q& q_in, const K& k_in, con
     MPI_Request req[10];
     int pending = 0;
     if (step + 1 < ranks) {  // the next block's K, V, positions, while this one is computed
-      detail::check(MPI_Irecv(next.k.data(), incoming * int(d), type, from, 0, comm, &req[pending++]), "MPI_Irecv");
-      detail::check(MPI_Irecv(next.v.data(), incoming * int(dvw), type, from, 1, comm, &req[pending++]), "MPI_Irecv");
-      detail::check(MPI_Irecv(next.pos.data(), incoming, MPI_INT64_T, from, 2, comm, &req[pending++]), "MPI_Irecv");
-      detail::check(MPI_Isend(cur.k.data(), held * int(d), type, to, 0, comm, &req[pending++]), "MPI_Isend");
-      detail::check(MPI_Isend(cur.v.data(), held * int(dvw), type, to, 1, comm, &req[pending++]), "MPI_Isend");
-      detail::check(MPI_Isend(cur.pos.data(), held, MPI_INT64_T, to, 2, comm, &req[pending++]), "MPI_Isend");
+      detail::pass_block(cur, next, held, incoming, to, from, comm, req, pending);
     }
-    const bool hidden = options.causal && nk > 0 && q.rows > 0 &&
-                        *std::min_element(cur.pos.begin(), cur.pos.begin() + nk) > all[static_cast<std::size_t>(rank)].q_last;
+    const bool hidden =
+        detail::hidden_block(options.causal, cur, nk, q.rows, all[static_cast<std::size_t>(rank)].q_last);
     if (nk > 0 && q.rows > 0 && !hidden) {
       softmax_options<Reweight> o = options;
       o.k_positions = std::span<const position_t>(cur.pos.data(), static_cast<std::size_t>(nk));

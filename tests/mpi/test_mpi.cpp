@@ -137,16 +137,16 @@ double max_rel(const lrpe::encoder_gradient& a, const lrpe::encoder_gradient& b)
 /// The backward of sequence-parallel causal linear attention against one process's: the
 /// rank's dq, dk, dv rows, and the parameter and decay gradients summed over the ranks.
 template <class T>
-void linear_backward_case() {
+void linear_backward_case(bool causal) {
   const lrpe::index_t n = 41, d = 8, dv = 6;
   const auto q = uniform<T>(n, d, 11), k = uniform<T>(n, d, 12), v = uniform<T>(n, dv, 13);
   const auto d_out = uniform<T>(n, dv, 14);
   const lrpe::type2<T> enc(d);
   const lrpe::feature_maps::elu_plus_one phi;
   double d_decay = 0, d_decay_mine = 0;
-  lrpe::linear_options opt{.causal = true, .norm = lrpe::normalisation::denominator, .decay = 0.95};
+  lrpe::linear_options opt{.causal = causal, .norm = lrpe::normalisation::denominator, .decay = causal ? 0.95 : 1.0};
   opt.q_positions = opt.k_positions = 7;
-  opt.decay_gradient = &d_decay;
+  opt.decay_gradient = causal ? &d_decay : nullptr;
   lrpe::row_matrix<T> dq1(n, d), dk1(n, d), dv1(n, dv);
   auto g1 = enc.make_gradient();
   lrpe::linear_attention_backward(q, k, v, d_out, dq1, dk1, dv1, enc, phi, opt, &g1);
@@ -154,7 +154,7 @@ void linear_backward_case() {
   const lrpe::index_t m = r1 - r0;
   lrpe::linear_options mine = opt;
   mine.q_positions = mine.k_positions = 7 + r0;
-  mine.decay_gradient = &d_decay_mine;
+  mine.decay_gradient = causal ? &d_decay_mine : nullptr;
   lrpe::row_matrix<T> dq(m, d), dk(m, d), dv_(m, dv);
   auto g = enc.make_gradient();
   lrpe::mpi::linear_attention_backward(MPI_COMM_WORLD, q.middleRows(r0, m), k.middleRows(r0, m), v.middleRows(r0, m),
@@ -166,10 +166,11 @@ void linear_backward_case() {
     return m == 0 ? 0.0
                   : double((got - want.middleRows(r0, m)).cwiseAbs().maxCoeff()) / (1 + double(want.cwiseAbs().maxCoeff()));
   };
-  check(rows_err(dq, dq1) <= tol, "linear backward dq " + std::to_string(rows_err(dq, dq1)));
-  check(rows_err(dk, dk1) <= tol, "linear backward dk " + std::to_string(rows_err(dk, dk1)));
-  check(rows_err(dv_, dv1) <= tol, "linear backward dv " + std::to_string(rows_err(dv_, dv1)));
-  check(max_rel(g, g1) <= tol, "linear backward dθ " + std::to_string(max_rel(g, g1)));
+  const std::string what = causal ? "linear backward causal " : "linear backward ";
+  check(rows_err(dq, dq1) <= tol, what + "dq " + std::to_string(rows_err(dq, dq1)));
+  check(rows_err(dk, dk1) <= tol, what + "dk " + std::to_string(rows_err(dk, dk1)));
+  check(rows_err(dv_, dv1) <= tol, what + "dv " + std::to_string(rows_err(dv_, dv1)));
+  check(max_rel(g, g1) <= tol, what + "dθ " + std::to_string(max_rel(g, g1)));
   check(std::abs(d_decay_mine - d_decay) <= tol * (1 + std::abs(d_decay)),
         "linear backward dλ " + std::to_string(d_decay_mine) + " vs " + std::to_string(d_decay));
 }
@@ -226,7 +227,8 @@ void softmax_backward_case(const Encoding& enc, bool causal, bool zigzag, bool w
 
 template <class T>
 void backward_cases() {
-  linear_backward_case<T>();
+  linear_backward_case<T>(true);
+  linear_backward_case<T>(false);
   for (bool causal : {false, true}) {
     softmax_backward_case<T>(lrpe::type2<T>(8), causal, causal, true, "type2");
     softmax_backward_case<T>(lrpe::canonical::alibi<T>(8, {0.25}), causal, false, !causal, "alibi");
