@@ -155,32 +155,16 @@ inline std::int64_t flat_position(const double* x) {
   return static_cast<std::int64_t>((static_cast<std::uint64_t>(x[4]) << 32) | static_cast<std::uint64_t>(x[5]));
 }
 
-/// MPI_Op body: inout ← in ∘ inout, the earlier ranks' fold (in) followed by a later one
-/// (inout): S ← λ^{p_later − p_earlier} S_in + S_inout, as `append_state`.
-inline void fold_summaries(void* in, void* inout, int* len, MPI_Datatype* type) {
-  int bytes = 0;
-  MPI_Type_size(*type, &bytes);
-  const auto n = static_cast<std::size_t>(bytes) / sizeof(double);
-  for (int item = 0; item < *len; ++item) {
-    const double* a = static_cast<const double*>(in) + static_cast<std::size_t>(item) * n;
-    double* b = static_cast<double*>(inout) + static_cast<std::size_t>(item) * n;
-    if (a[6] == 0) continue;                    // nothing earlier
-    if (b[6] == 0) {                            // nothing later: the earlier fold
-      std::memcpy(b, a, n * sizeof(double));
-      continue;
-    }
-    const double lambda = a[3];
-    const std::int64_t gap = flat_position(b) - flat_position(a);  // ≥ 0: shards in rank order
-    const double scale = lambda == 1.0 || gap == 0 ? 1.0 : std::pow(lambda, static_cast<double>(gap));
-    for (std::size_t i = summary_header; i < n; ++i) b[i] += scale * a[i];
-    b[6] += a[6];
-    b[7] = 1.0;  // (the carry: a fold rounds once in double)
-  }
-}
-
-/// MPI_Op body of the backward's reverse scan (ranks reversed, so `in` is a later shard's):
-/// inout ← λ^{p_in − p_inout} in + inout, state gradients referred to their states' positions.
-inline void fold_state_gradients(void* in, void* inout, int* len, MPI_Datatype* type) {
+/**
+ * The MPI_Op bodies of the two scans, on flat items (in, inout), inout ← scaled in + inout:
+ * - forward (`fold_summaries`): `in` is the earlier ranks' fold, inout a later summary:
+ *   S ← λ^{p_inout − p_in} S_in + S_inout and the counts added, as `append_state`;
+ * - backward (`fold_state_gradients`, ranks reversed, so `in` is a later shard's): state
+ *   gradients referred to their states' positions, inout ← λ^{p_in − p_inout} in + inout.
+ * An item with count 0 holds nothing: it is skipped, or replaced by the other.
+ */
+template <bool Backward>
+void fold_flat(void* in, void* inout, int* len, MPI_Datatype* type) {
   int bytes = 0;
   MPI_Type_size(*type, &bytes);
   const auto n = static_cast<std::size_t>(bytes) / sizeof(double);
@@ -193,10 +177,18 @@ inline void fold_state_gradients(void* in, void* inout, int* len, MPI_Datatype* 
       continue;
     }
     const double lambda = a[3];
-    const std::int64_t gap = flat_position(a) - flat_position(b);  // ≥ 0: a is further on
+    const std::int64_t gap = Backward ? flat_position(a) - flat_position(b) : flat_position(b) - flat_position(a);  // ≥ 0
     const double scale = lambda == 1.0 || gap == 0 ? 1.0 : std::pow(lambda, static_cast<double>(gap));
     for (std::size_t i = summary_header; i < n; ++i) b[i] += scale * a[i];
+    if (!Backward) {
+      b[6] += a[6];
+      b[7] = 1.0;  // (the carry: a fold rounds once in double)
+    }
   }
+}
+inline void fold_summaries(void* in, void* inout, int* len, MPI_Datatype* type) { fold_flat<false>(in, inout, len, type); }
+inline void fold_state_gradients(void* in, void* inout, int* len, MPI_Datatype* type) {
+  fold_flat<true>(in, inout, len, type);
 }
 
 /// Runs MPI_Exscan of one flat item per rank with `op` (reversed: over the ranks in reverse order).
