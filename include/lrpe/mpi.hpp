@@ -521,12 +521,18 @@ void softmax_attention(MPI_Comm comm, const Q& q_in, const K& k_in, const V& v_i
     if (nk > 0 && q.rows > 0 && !hidden) {
       softmax_options<Reweight> o = options;
       o.k_positions = std::span<const position_t>(cur.pos.data(), static_cast<std::size_t>(nk));
+      o.sink = -std::numeric_limits<double>::infinity();  // joins once, below
       lrpe::softmax_attention_lse(q, cur.k.topRows(nk), cur.v.topRows(nk), part, std::span<T>(part_lse), encoding, o,
                                   backend);
       lrpe::merge_attention_states(out, total_lse, part, std::span<const T>(part_lse));
     }
     if (pending > 0) detail::check(MPI_Waitall(pending, req, MPI_STATUSES_IGNORE), "MPI_Waitall");
     std::swap(cur, next);
+  }
+  if (options.sink != -std::numeric_limits<double>::infinity()) {  // the sink: a part with lse σ and no value
+    row_matrix<T> none = row_matrix<T>::Zero(q.rows, dv);
+    const std::vector<T> sink_lse(static_cast<std::size_t>(q.rows), static_cast<T>(options.sink));
+    lrpe::merge_attention_states(out, total_lse, none, std::span<const T>(sink_lse));
   }
 }
 
@@ -685,6 +691,7 @@ void softmax_attention_backward(MPI_Comm comm, const Q& q_in, const K& k_in, con
     if (nk > 0 && q.rows > 0 && !hidden) {
       softmax_options<Reweight> o = options;
       o.k_positions = std::span<const position_t>(cur.pos.data(), static_cast<std::size_t>(nk));
+      o.sink_gradient = nullptr;  // added once, below
       auto dkp = dk_part.topRows(nk);
       auto dvp = dv_part.topRows(nk);
       lrpe::softmax_attention_backward(q, cur.k.topRows(nk), cur.v.topRows(nk), out, d_out, lse, dq_part, dkp, dvp,
@@ -707,6 +714,8 @@ void softmax_attention_backward(MPI_Comm comm, const Q& q_in, const K& k_in, con
     std::copy(cur.dk.row(i).data(), cur.dk.row(i).data() + d, dk.row(i));
     std::copy(cur.dv.row(i).data(), cur.dv.row(i).data() + dvw, dv.row(i));
   }
+  if (options.sink_gradient != nullptr && options.sink != -std::numeric_limits<double>::infinity() && q.rows > 0)
+    *options.sink_gradient += lrpe::detail::sink_gradient(out, d_out, lse, options.sink);
 }
 
 }  // namespace mpi

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <lrpe/attention/feature_map.hpp>
+#include <lrpe/attention/mask.hpp>
 #include <lrpe/attention/options.hpp>
 #include <lrpe/attention/state.hpp>
 #include <lrpe/core/heads.hpp>
@@ -39,6 +40,8 @@
 #include <lrpe/detail/small_buffer.hpp>
 #include <lrpe/encoder.hpp>
 
+#include <cmath>
+#include <limits>
 #include <type_traits>
 
 namespace lrpe {
@@ -119,33 +122,43 @@ struct softmax_problem {
   matrix_view<T> out;             ///< nq × dv output
   positions q_positions{};
   positions k_positions{};
-  bool causal = false;
+  key_mask mask{};                ///< which keys each query sees (causal, window, chunk)
   index_t tile = 64;
-  T* lse = nullptr;               ///< when not null, n_q outputs: each row's log Σ_t e^{logit} (−∞: no visible key)
+  T* lse = nullptr;               ///< when not null, n_q outputs: each row's log(e^sink + Σ_t e^{logit}) (−∞: no visible key, no sink)
+  double sink = -std::numeric_limits<double>::infinity();  ///< a sink logit in every row's denominator (−∞: none)
 };
 
 /// No value term (everything but Shaw's a^V).
 struct no_value_term {};
 
 
+/// x ↦ c·tanh(x/c), logit soft-capping; c = 0 leaves x as it is.
+template <class T>
+T soft_cap(T x, T c) noexcept {
+  return c == T(0) ? x : c * std::tanh(x / c);
+}
+
 /**
  * The content logits of a tile, scale·A[i0:i1]·B[j0:j1]ᵀ (A, B: Q and K, or their encoded
- * features). A named type rather than a lambda so that a backend can recognise it and run its
- * own tile GEMM on `a`, `b`, `scale` (backend/simd/softmax.hpp); called, it fills the tile S.
+ * features), soft-capped when `softcap` > 0. A named type rather than a lambda so that a backend
+ * can recognise it and run its own tile GEMM on `a`, `b`, `scale` (backend/simd/softmax.hpp);
+ * called, it fills the tile S.
  */
 template <class T>
 struct dot_logits {
   matrix_view<const T> a;
   matrix_view<const T> b;
   T scale;
+  T softcap = 0;  ///< c > 0: each logit x becomes c·tanh(x/c)
   template <class S>
   void operator()(index_t i0, index_t i1, index_t j0, index_t j1, S& s) const {
     s.noalias() = lrpe::detail::const_tile_map(a, i0, i1) * lrpe::detail::const_tile_map(b, j0, j1).transpose();
     s *= scale;
+    if (softcap != T(0)) s = s.unaryExpr([c = softcap](T x) { return soft_cap(x, c); });
   }
 };
 
-/// `dot_logits` plus an additive encoding's bias(q_positions[i], k_positions[j]) per entry.
+/// `dot_logits` (soft-capped, if so) plus an additive encoding's bias(q_positions[i], k_positions[j]) per entry.
 template <class T, class E>
 struct biased_logits {
   dot_logits<T> content;
@@ -176,12 +189,13 @@ struct score_logits {
   positions q_positions;
   positions k_positions;
   double scale;
+  double softcap = 0;  ///< c > 0: each logit x becomes c·tanh(x/c) (in double, then rounded)
   template <class S>
   void operator()(index_t i0, index_t i1, index_t j0, index_t j1, S& s) const {
     for (index_t i = i0; i < i1; ++i) {
       for (index_t j = j0; j < j1; ++j)
-        s(i - i0, j - j0) =
-            lrpe::detail::held_logit<T>(scale * encoding->score(q.row(i), q_positions[i], k.row(j), k_positions[j]));
+        s(i - i0, j - j0) = lrpe::detail::held_logit<T>(
+            soft_cap(scale * encoding->score(q.row(i), q_positions[i], k.row(j), k_positions[j]), softcap));
     }
   }
 };

@@ -19,7 +19,9 @@
 #include <lrpe/core/heads.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <limits>
 #include <initializer_list>
 #include <iterator>
 #include <ranges>
@@ -151,6 +153,35 @@ void check_head_encodings(const E& encodings, index_t heads, index_t d, const ch
   }
 }
 
+/// `options.head_sinks`: empty (`options.sink` for every head) or one sink per query head, each
+/// as `options.sink` must be.
+template <class S, class Reweight>
+void validate_head_sinks(const softmax_options<Reweight>& options, index_t heads, const char* where) {
+  if (options.head_sinks.empty()) return;
+  require_size(static_cast<index_t>(options.head_sinks.size()), heads, where, "options.head_sinks");
+  for (const double sink : options.head_sinks) {
+    if (std::isnan(sink)) fail<domain_error>(where, "options.head_sinks[h]", "must be a logit or -inf (none)", sink);
+    require_parameter(sink == -std::numeric_limits<double>::infinity() || finite_in<S>(sink), where,
+                      "options.head_sinks[h]", "must be finite in the scalar type, or -inf (none)", sink);
+  }
+}
+
+/**
+ * Query head h's options in a multi-head call: its row of a per-head reweighting table, its sink
+ * (`head_sinks[h]`, or `sink`) and its entry of `sink_gradient` (q.heads entries).
+ */
+template <class Reweight>
+softmax_options<Reweight> head_softmax_options(const softmax_options<Reweight>& options, index_t h, index_t heads,
+                                               const char* where) {
+  softmax_options<Reweight> head = options;
+  if constexpr (multi_head_table<Reweight>)
+    head.reweight = table_head(options.reweight, h, heads, where, "options.reweight.heads()");
+  if (!options.head_sinks.empty()) head.sink = options.head_sinks[static_cast<std::size_t>(h)];
+  head.head_sinks = {};
+  if (options.sink_gradient != nullptr) head.sink_gradient = options.sink_gradient + h;
+  return head;
+}
+
 }  // namespace detail
 
 /**
@@ -184,9 +215,12 @@ void softmax_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const h
   // SIMD backend, whose direct kernel runs each row alike; to rounding on the reference, whose
   // Eigen products sum several rows in another order than one).
   const index_t group = k.heads > 0 ? q.heads / k.heads : 1;
+  detail::validate_head_sinks<std::remove_const_t<TQ>>(options, q.heads, where);
   if constexpr (detail::shared_encoding_v<Encodings> && !detail::multi_head_table<Reweight>) {
     options.q_positions.require_rows(q.seq, where, "options.q_positions");
-    if (group > 1 && q.seq == 1 && q.head_stride >= q.dim && out.head_stride >= out.dim) {
+    // (per-head sinks differ between the rows of such a call: they take the per-head path)
+    if (group > 1 && q.seq == 1 && q.head_stride >= q.dim && out.head_stride >= out.dim &&
+        options.head_sinks.empty()) {
       position_t at[detail::grouped_decode_rows];  // every row at the token's position
       std::fill(at, at + detail::grouped_decode_rows, options.q_positions[0]);
       const index_t calls = (group + detail::grouped_decode_rows - 1) / detail::grouped_decode_rows;
@@ -210,10 +244,7 @@ void softmax_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const h
   using backend::for_each_head;
   for_each_head(backend, q.heads * q.batch, [&](index_t item, const auto& head_backend) {
     const index_t h = item / q.batch, b = item % q.batch, hk = detail::kv_head(q, k, h);
-    softmax_options<Reweight> head_options = options;
-    if constexpr (detail::multi_head_table<Reweight>) {
-      head_options.reweight = detail::table_head(options.reweight, h, q.heads, where, "options.reweight.heads()");
-    }
+    const softmax_options<Reweight> head_options = detail::head_softmax_options(options, h, q.heads, where);
     softmax_attention(detail::as_const_heads(q).head(b, h), detail::as_const_heads(k).head(b, hk),
                       detail::as_const_heads(v).head(b, hk), out.head(b, h),
                       detail::head_encoding(encodings, h, q.heads, where), head_options, head_backend);

@@ -6,6 +6,7 @@
  */
 #pragma once
 
+#include <lrpe/attention/mask.hpp>
 #include <lrpe/canonical/linearizable.hpp>
 #include <lrpe/core/error.hpp>
 #include <lrpe/core/relative.hpp>
@@ -54,6 +55,23 @@ concept reweighting = std::same_as<C, no_reweighting> ||
  * - `q_positions`, `k_positions`: offset (row i at offset + i) or per-row arrays.
  * - `tile`: rows per query tile and per key tile of the online softmax (≥ 1).
  * - `reweight`: URPE's C (see `reweighting`).
+ *
+ * The options of inference engines (docs/attention.md#attention-options), each off by default
+ * and combinable with the others, with `causal` and with every encoding:
+ * - `window` (w > 0): a sliding window, key t visible to query s only if s − t < w: the w
+ *   positions up to and including s (HF's `sliding_window`, Mistral, Gemma). Left only: without
+ *   `causal`, keys after s stay visible.
+ * - `chunk` (C > 0): chunked attention, key t visible to query s only if ⌊s/C⌋ = ⌊t/C⌋ (Llama 4's
+ *   `attention_chunk_size`).
+ * - `softcap` (c > 0): logit soft-capping, the content term x = scale·content replaced by
+ *   c·tanh(x/c) before an additive bias and the mask (Gemma 2, Grok; FlashAttention's order).
+ * - `sink`: an attention sink (gpt-oss): a logit σ that joins every row's softmax denominator
+ *   without a value, out_s = Σ_t e^{l_st} v_t / (e^σ + Σ_t e^{l_st}); −∞ (the default) is none.
+ *   The log-sum-exp written by `softmax_attention_lse` includes it (so a split call gives the
+ *   sink to one part only). `head_sinks`: one per query head of a multi-head call (empty:
+ *   `sink` for every head); a single-head call rejects a non-empty one.
+ * - `sink_gradient`: read by the backward only: null, or where dL/dσ is added (one double; one
+ *   per query head for the multi-head backward).
  */
 template <class Reweight = no_reweighting>
 struct softmax_options {
@@ -66,6 +84,15 @@ struct softmax_options {
   /// Backward only: null, or where dL/dC is added for a reweighting with parameters
   /// (`canonical::urpe`: laid out as its table, `reweight.make_gradient()`). The forward ignores it.
   double* reweight_gradient = nullptr;
+  position_t window = 0;
+  position_t chunk = 0;
+  double softcap = 0;
+  double sink = -std::numeric_limits<double>::infinity();
+  std::span<const double> head_sinks{};
+  double* sink_gradient = nullptr;
+
+  /// The visibility rule these options describe.
+  [[nodiscard]] key_mask mask() const noexcept { return {causal, window, chunk}; }
 };
 
 /// How linear attention normalises: not at all, or by the (decayed) kernel sum.

@@ -22,6 +22,8 @@
 #include <lrpe/core/relative.hpp>
 #include <lrpe/core/view.hpp>
 
+#include <cmath>
+#include <limits>
 #include <optional>
 #include <span>
 #include <type_traits>
@@ -85,6 +87,23 @@ constexpr void require_softmax_types() {
   }
 }
 
+/// The options of inference engines (window, chunk, softcap, sink) of a single-head call.
+template <class T, class Reweight>
+void validate_engine_options(const softmax_options<Reweight>& options, const char* where) {
+  require_parameter(options.window >= 0, where, "options.window", "must be >= 0 (0: no window)", options.window);
+  require_parameter(options.chunk >= 0, where, "options.chunk", "must be >= 0 (0: no chunks)", options.chunk);
+  if (std::isnan(options.softcap)) fail<domain_error>(where, "options.softcap", "must be finite and >= 0 (0: none)", options.softcap);
+  require_parameter(options.softcap >= 0 && finite_in<T>(options.softcap), where, "options.softcap",
+                    "must be finite in the scalar type and >= 0 (0: none)", options.softcap);
+  require_parameter(options.softcap == 0 || static_cast<T>(options.softcap) > T(0), where, "options.softcap",
+                    "must be 0 (none) or > 0 once rounded to the scalar type", options.softcap);
+  if (std::isnan(options.sink)) fail<domain_error>(where, "options.sink", "must be a logit or -inf (none)", options.sink);
+  require_parameter(options.sink == -std::numeric_limits<double>::infinity() || finite_in<T>(options.sink), where,
+                    "options.sink", "must be finite in the scalar type, or -inf (none)", options.sink);
+  require_parameter(options.head_sinks.empty(), where, "options.head_sinks",
+                    "must be empty for a single-head call (its sink is options.sink)", options.head_sinks.size());
+}
+
 /// Validates a softmax call: shapes, tile, the encoding's width and value table.
 template <class T, class Encoding, class Reweight>
 void validate_softmax(const matrix_view<const T>& q, const matrix_view<const T>& k, const matrix_view<const T>& v,
@@ -93,6 +112,7 @@ void validate_softmax(const matrix_view<const T>& q, const matrix_view<const T>&
   constexpr bool is_none = std::is_same_v<Encoding, no_encoding>;
   validate_qkv(q, k, v, out, options.q_positions, options.k_positions, where);
   require_parameter(options.tile >= 1, where, "options.tile", "must be >= 1", options.tile);
+  validate_engine_options<T>(options, where);
   if constexpr (!is_none) require_encoding_dim<T>(encoding, q.cols, where);
   if constexpr (value_encoding<Encoding>) {
     bool adds_values = true;  // a Shaw encoding without a^V table adds nothing: any v.cols
@@ -124,8 +144,9 @@ void run_softmax(const matrix_view<const T>& q, const matrix_view<const T>& k, c
   using backend::call_guard;
   [[maybe_unused]] const auto guard = call_guard(backend);  // e.g. a pool's shared workspace
 
-  backend::softmax_problem<T> problem{q.rows, k.rows, v, out, options.q_positions,
-                                      options.k_positions, options.causal, options.tile, lse};
+  backend::softmax_problem<T> problem{q.rows, k.rows, v, out, options.q_positions, options.k_positions,
+                                      options.mask(), options.tile, lse, options.sink};
+  const T softcap = static_cast<T>(options.softcap);
 
   auto value_term = [&] {
     if constexpr (value_encoding<Encoding>) {
@@ -140,10 +161,11 @@ void run_softmax(const matrix_view<const T>& q, const matrix_view<const T>& k, c
   // primary templates for a backend in another namespace.
   using backend::softmax_kernel;
   if constexpr (is_none) {
-    softmax_kernel(backend, problem, backend::dot_logits<T>{q, k, scale}, value_term, options.reweight);
+    softmax_kernel(backend, problem, backend::dot_logits<T>{q, k, scale, softcap}, value_term, options.reweight);
   } else if constexpr (additive_encoding<Encoding>) {
     softmax_kernel(backend, problem,
-                   backend::biased_logits<T, Encoding>{{q, k, scale}, &encoding, options.q_positions, options.k_positions},
+                   backend::biased_logits<T, Encoding>{{q, k, scale, softcap}, &encoding, options.q_positions,
+                                                       options.k_positions},
                    value_term, options.reweight);
   } else if constexpr (canonical::is_linearizable_v<Encoding>) {
     const index_t f = canonical::feature_dim(encoding);
@@ -154,11 +176,12 @@ void run_softmax(const matrix_view<const T>& q, const matrix_view<const T>& k, c
     encode_features_kernel(backend, encoding, canonical::side::query, q, options.q_positions, fs.q);
     encode_features_kernel(backend, encoding, canonical::side::key, k, options.k_positions, fs.k);
     softmax_kernel(backend, problem,
-                   backend::dot_logits<T>{matrix_view<const T>(fs.q), matrix_view<const T>(fs.k), scale}, value_term,
-                   options.reweight);
+                   backend::dot_logits<T>{matrix_view<const T>(fs.q), matrix_view<const T>(fs.k), scale, softcap},
+                   value_term, options.reweight);
   } else {
     softmax_kernel(backend, problem,
-                   backend::score_logits<T, Encoding>{&encoding, q, k, options.q_positions, options.k_positions, scale_d},
+                   backend::score_logits<T, Encoding>{&encoding, q, k, options.q_positions, options.k_positions, scale_d,
+                                                      options.softcap},
                    value_term, options.reweight);
   }
 }

@@ -27,6 +27,8 @@
 #include <lrpe/encoder.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -133,6 +135,23 @@ void features_backward_rows(const Backend& backend, const Encoding& encoding, ca
   }
 }
 
+/**
+ * dL/dσ of a sink σ: the sink's probability in row s is p_s = e^{σ − lse_s} and
+ * ∂O_s/∂σ = −p_s·O_s, so dL/dσ = −Σ_s p_s (dO_s·O_s) (in double).
+ */
+template <class T>
+double sink_gradient(const matrix_view<const T>& out, const matrix_view<const T>& d_out, std::span<const T> lse,
+                     double sink) {
+  double g = 0;
+  for (index_t i = 0; i < out.rows; ++i) {
+    double dot = 0;
+    for (index_t j = 0; j < out.cols; ++j)
+      dot += static_cast<double>(d_out.row(i)[j]) * static_cast<double>(out.row(i)[j]);
+    if (dot != 0) g -= std::exp(sink - static_cast<double>(lse[static_cast<std::size_t>(i)])) * dot;
+  }
+  return g;
+}
+
 /// The encoding of one head of a multi-head call (the element of a range, a table's head, …).
 template <class Encodings>
 using head_encoding_t = std::remove_cvref_t<decltype(head_encoding(std::declval<const Encodings&>(), 0, 1, ""))>;
@@ -172,7 +191,8 @@ void softmax_backward_encoded(const matrix_view<const T>& q, const matrix_view<c
   encode_features_kernel(backend, encoding, canonical::side::key, k, kp, fs.k);
   problem.da = view(dqf);
   problem.db = view(dkf);
-  const backend::dot_logits<T> content{matrix_view<const T>(fs.q), matrix_view<const T>(fs.k), scale};
+  const backend::dot_logits<T> content{matrix_view<const T>(fs.q), matrix_view<const T>(fs.k), scale,
+                                       static_cast<T>(options.softcap)};
   using backend::softmax_backward_kernel;
   softmax_backward_kernel(backend, problem, content, content, options.reweight);
   features_backward_rows(backend, encoding, canonical::side::query, q, qp, view(std::as_const(dqf)), dq, grad);
@@ -322,11 +342,23 @@ void softmax_attention_backward(const Q& q_in, const K& k_in, const V& v_in, con
   }
   const double scale_d = detail::softmax_scale<T>(encoding, options, q.cols, where);
   const T scale = static_cast<T>(scale_d);
+  std::vector<T> own_lse;  // (recomputed here only for a sink's gradient without the forward's)
+  if (options.sink_gradient != nullptr && options.sink != -std::numeric_limits<double>::infinity()) {
+    if (lse.empty()) {
+      own_lse.resize(static_cast<std::size_t>(q.rows));
+      row_matrix<T> scratch(q.rows, v.cols);
+      detail::run_softmax(q, k, v, view(scratch), own_lse.data(), encoding, options, scale_d, backend);
+      lse = own_lse;
+    }
+    *options.sink_gradient += detail::sink_gradient(out, d_out, lse, options.sink);
+  }
   using backend::call_guard;
   [[maybe_unused]] const auto guard = call_guard(backend);
 
+  const T softcap = static_cast<T>(options.softcap);
   backend::softmax_backward_problem<T> problem{
-      {q.rows, k.rows, v, out_shape, options.q_positions, options.k_positions, options.causal, options.tile},
+      {q.rows, k.rows, v, out_shape, options.q_positions, options.k_positions, options.mask(), options.tile, nullptr,
+       options.sink},
       d_out,
       lse.empty() ? nullptr : lse.data(),
       dq,
@@ -336,7 +368,7 @@ void softmax_attention_backward(const Q& q_in, const K& k_in, const V& v_in, con
       options.reweight_gradient};
   using backend::softmax_backward_kernel;
   if constexpr (is_none) {
-    const backend::dot_logits<T> content{q, k, scale};
+    const backend::dot_logits<T> content{q, k, scale, softcap};
     softmax_backward_kernel(backend, problem, content, content, options.reweight);
   } else if constexpr (is_featured) {
     detail::softmax_backward_encoded(q, k, dq, dk, encoding, options, scale, grad, problem, backend);
@@ -344,13 +376,13 @@ void softmax_attention_backward(const Q& q_in, const K& k_in, const V& v_in, con
     problem.bias_grad = detail::parameter_data<Encoding>(grad);
     softmax_backward_kernel(backend, problem, backend::dot_logits<T>{q, k, scale},
                             backend::score_logits<T, Encoding>{&encoding, q, k, options.q_positions,
-                                                               options.k_positions, scale_d},
+                                                               options.k_positions, scale_d, options.softcap},
                             options.reweight);
   } else {
     if constexpr (backend::learnable_bias_v<backend::biased_logits<T, Encoding>>) {
       if (grad != nullptr) problem.bias_grad = grad->data();
     }
-    const backend::dot_logits<T> content{q, k, scale};
+    const backend::dot_logits<T> content{q, k, scale, softcap};
     softmax_backward_kernel(
         backend, problem, content,
         backend::biased_logits<T, Encoding>{content, &encoding, options.q_positions, options.k_positions},
@@ -374,12 +406,11 @@ void softmax_attention_lse(const heads_view<TQ>& q, const heads_view<TK>& k, con
   detail::require_equal(static_cast<index_t>(lse.size()), q.batch * q.heads * q.seq, where, "lse.size()",
                         "q.batch * q.heads * q.seq");
   detail::check_head_encodings<std::remove_const_t<TQ>>(encodings, q.heads, q.dim, where);
+  detail::validate_head_sinks<std::remove_const_t<TQ>>(options, q.heads, where);
   for (index_t b = 0; b < q.batch; ++b) {
     for (index_t h = 0; h < q.heads; ++h) {
       const index_t hk = detail::kv_head(q, k, h);
-      softmax_options<Reweight> head_options = options;
-      if constexpr (detail::multi_head_table<Reweight>)
-        head_options.reweight = detail::table_head(options.reweight, h, q.heads, where, "options.reweight.heads()");
+      const softmax_options<Reweight> head_options = detail::head_softmax_options(options, h, q.heads, where);
       softmax_attention_lse(detail::as_const_heads(q).head(b, h), detail::as_const_heads(k).head(b, hk),
                             detail::as_const_heads(v).head(b, hk), out.head(b, h),
                             lse.subspan(static_cast<std::size_t>((b * q.heads + h) * q.seq), static_cast<std::size_t>(q.seq)),
@@ -416,11 +447,10 @@ void softmax_attention_backward(const heads_view<TQ>& q, const heads_view<TK>& k
                         lse.size());
   detail::require_head_gradients<Encodings>(grads.size(), q.heads, where);
   detail::check_head_encodings<std::remove_const_t<TQ>>(encodings, q.heads, q.dim, where);
+  detail::validate_head_sinks<std::remove_const_t<TQ>>(options, q.heads, where);
   constexpr bool shared = detail::shared_encoding_v<Encodings>;
   detail::for_each_backward_head(q, k, dk, dv, [&](index_t b, index_t h, index_t hk, const auto& dk_h, const auto& dv_h) {
-    softmax_options<Reweight> head_options = options;
-    if constexpr (detail::multi_head_table<Reweight>)
-      head_options.reweight = detail::table_head(options.reweight, h, q.heads, where, "options.reweight.heads()");
+    const softmax_options<Reweight> head_options = detail::head_softmax_options(options, h, q.heads, where);
     auto* grad = grads.empty() ? nullptr : &grads[shared ? 0 : static_cast<std::size_t>(h)];
     const auto head_lse = lse.empty() ? lse : lse.subspan(static_cast<std::size_t>((b * q.heads + h) * q.seq),
                                                           static_cast<std::size_t>(q.seq));

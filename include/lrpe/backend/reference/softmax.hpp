@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 namespace lrpe {
@@ -28,8 +29,18 @@ namespace backend {
 
 namespace reference_detail {
 
+/// The lowest and highest of positions [i0, i1).
+inline std::pair<position_t, position_t> position_range(const positions& pos, index_t i0, index_t i1) {
+  position_t lo = pos[i0], hi = lo;
+  for (index_t i = i0 + 1; i < i1; ++i) {
+    lo = std::min(lo, pos[i]);
+    hi = std::max(hi, pos[i]);
+  }
+  return {lo, hi};
+}
+
 /**
- * The online softmax step of one (query tile, key tile) pair: the causal mask, the rows' maxima
+ * The online softmax step of one (query tile, key tile) pair: the mask (`key_mask`), the rows' maxima
  * m and sums l, S = e^(S − m) in place, acc rescaled by α = e^(m_old − m), and URPE's C applied
  * to the weights. A max that propagates NaN (std::max drops a NaN second argument): a NaN logit
  * reaches its row.
@@ -44,7 +55,7 @@ void softmax_tile_step(const softmax_problem<T>& p, const Reweight& c, index_t i
     const position_t s = p.q_positions[i0 + i];
     T row_max = neg_inf;
     for (index_t j = 0; j < bk; ++j) {
-      if (p.causal && p.k_positions[j0 + j] > s) S(i, j) = neg_inf;
+      if (!p.mask.visible(s, p.k_positions[j0 + j])) S(i, j) = neg_inf;
       row_max = nan_max(row_max, S(i, j));
     }
     const T m_new = nan_max(m[i], row_max);  // NaN once any logit of the row was: sticks
@@ -136,21 +147,18 @@ void softmax_kernel(reference, const softmax_problem<T>& p, const Logits& logits
     const index_t i1 = std::min(p.nq, i0 + bt);
     const index_t bq = i1 - i0;
     acc.topRows(bq).setZero();
-    std::fill(m.begin(), m.end(), neg_inf);
-    std::fill(l.begin(), l.end(), T(0));
+    // a sink starts every row's sums: the running max at σ, the sum at e^{σ−σ} = 1
+    const bool has_sink = p.sink != -std::numeric_limits<double>::infinity();
+    std::fill(m.begin(), m.end(), has_sink ? static_cast<T>(p.sink) : neg_inf);
+    std::fill(l.begin(), l.end(), has_sink ? T(1) : T(0));
 
-    position_t q_max = std::numeric_limits<position_t>::min();
-    if (p.causal) {
-      for (index_t i = i0; i < i1; ++i) q_max = std::max(q_max, p.q_positions[i]);
-    }
-
+    const auto [q_min, q_max] = reference_detail::position_range(p.q_positions, i0, i1);
     for (index_t j0 = 0; j0 < p.nk; j0 += bt) {
       const index_t j1 = std::min(p.nk, j0 + bt);
       const index_t bk = j1 - j0;
-      if (p.causal) {  // skip a tile whose every key lies after every query of this tile
-        position_t k_min = std::numeric_limits<position_t>::max();
-        for (index_t j = j0; j < j1; ++j) k_min = std::min(k_min, p.k_positions[j]);
-        if (k_min > q_max) continue;
+      if (!p.mask.none()) {  // skip a tile none of whose keys any query of this tile sees
+        const auto [k_min, k_max] = reference_detail::position_range(p.k_positions, j0, j1);
+        if (!p.mask.may_see(q_min, q_max, k_min, k_max)) continue;
       }
       auto S = s_tile.topLeftCorner(bq, bk);
       logits(i0, i1, j0, j1, S);

@@ -43,6 +43,17 @@ auto tile_of(const matrix_view<T>& x, index_t r0, index_t r1) {
   return M(x.row(r0), r1 - r0, x.cols, Eigen::OuterStride<>(x.row_stride));
 }
 
+/// The soft-capped part of a logits provider: the content of an additive encoding's logits
+/// (its bias is added after the cap), the whole logits otherwise.
+template <class T, class E>
+const dot_logits<T>& content_of(const biased_logits<T, E>& l) {
+  return l.content;
+}
+template <class L>
+const L& content_of(const L& l) {
+  return l;
+}
+
 /// The forward's log-sum-exps, by its own kernel run on a scratch output (the values are not used).
 template <class T, class Logits, class Reweight>
 std::vector<T> recompute_lse(const softmax_problem<T>& fwd, const Logits& logits, const Reweight& c) {
@@ -114,13 +125,14 @@ struct score_inputs {
 /**
  * One (query tile, key tile) pair of the backward: S (logits, masked) becomes P, then dS; the
  * tile's contributions are added to dV, to dS_st's `bias_grad(s, t, dS_st)`, and by `inputs`
- * to the inputs (`content_inputs`, `score_inputs`). Where P is 0 (masked, or underflowed), dS
+ * to the inputs (`content_inputs`, `score_inputs`), through the soft cap's derivative `cap`
+ * (1 − tanh², per entry) when there is one. Where P is 0 (masked, or underflowed), dS
  * is 0: a non-finite value of a masked key reaches no gradient.
  */
 template <class T, class Reweight, class BiasGrad, class Inputs, class Tile>
 void backward_tile(const softmax_backward_problem<T>& p, const Inputs& inputs, const Reweight& c,
                    const BiasGrad& bias_grad, const T* lse, const std::vector<T>& delta, index_t i0, index_t i1,
-                   index_t j0, index_t j1, Tile& S, Tile& dP) {
+                   index_t j0, index_t j1, Tile& S, Tile& dP, const Tile* cap) {
   const softmax_problem<T>& f = p.forward;
   const index_t bq = i1 - i0, bk = j1 - j0;
   const auto d_out = tile_of(p.d_out, i0, i1);
@@ -132,7 +144,7 @@ void backward_tile(const softmax_backward_problem<T>& p, const Inputs& inputs, c
     const position_t s = f.q_positions[i0 + i];
     for (index_t j = 0; j < bk; ++j) {
       const position_t t = f.k_positions[j0 + j];
-      const bool visible = !f.causal || t <= s;
+      const bool visible = f.mask.visible(s, t);
       const T prob = visible ? std::exp(S(i, j) - lse[i0 + i]) : T(0);
       T weight = T(1);
       if constexpr (!std::is_same_v<Reweight, no_reweighting>) {
@@ -149,6 +161,11 @@ void backward_tile(const softmax_backward_problem<T>& p, const Inputs& inputs, c
   }
   const auto W = S.topLeftCorner(bq, bk);
   tile_of(p.dv, j0, j1).noalias() += W.transpose() * d_out;
+  if (cap != nullptr) {  // (a masked entry's dS is 0 and stays 0, whatever its key held)
+    for (index_t i = 0; i < bq; ++i)
+      for (index_t j = 0; j < bk; ++j)
+        if (dP(i, j) != T(0)) dP(i, j) *= (*cap)(i, j);
+  }
   inputs(p, i0, i1, j0, j1, W, std::as_const(dP).topLeftCorner(bq, bk));
 }
 
@@ -178,14 +195,21 @@ void backward_tiles(const softmax_backward_problem<T>& p, const Logits& logits, 
   }
   const index_t bt = std::max<index_t>(1, f.tile);
   const index_t tq = std::min(bt, f.nq), tk = std::min(bt, f.nk);
-  row_matrix<T> s_tile(tq, tk), dp_tile(tq, tk);
+  row_matrix<T> s_tile(tq, tk), dp_tile(tq, tk), cap_tile;
+  const T softcap = content_of(logits).softcap;
   for (index_t i0 = 0; i0 < f.nq; i0 += bt) {
     const index_t i1 = std::min(f.nq, i0 + bt);
     for (index_t j0 = 0; j0 < f.nk; j0 += bt) {
       const index_t j1 = std::min(f.nk, j0 + bt);
       auto S = s_tile.topLeftCorner(i1 - i0, j1 - j0);
       logits(i0, i1, j0, j1, S);
-      backward_tile(p, inputs, c, bias_grad, lse, delta, i0, i1, j0, j1, s_tile, dp_tile);
+      if (softcap != T(0)) {  // d(c·tanh(x/c))/dx = 1 − (capped x / c)², from the capped content alone
+        cap_tile.resize(i1 - i0, j1 - j0);
+        content_of(logits)(i0, i1, j0, j1, cap_tile);
+        cap_tile = cap_tile.unaryExpr([softcap](T y) { return T(1) - (y / softcap) * (y / softcap); });
+      }
+      backward_tile(p, inputs, c, bias_grad, lse, delta, i0, i1, j0, j1, s_tile, dp_tile,
+                    softcap != T(0) ? &cap_tile : nullptr);
     }
   }
 }

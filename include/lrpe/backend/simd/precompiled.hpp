@@ -35,7 +35,7 @@
 #define LRPE_SIMD_SCALAR_KERNELS(X, T, A)                                                                         \
   X(template void lrpe::backend::simd_detail::softmax_simd<T, A, lrpe::backend::simd_detail::no_bias>(           \
       const lrpe::backend::softmax_problem<T>&, const lrpe::matrix_view<const T>&, const lrpe::matrix_view<const T>&, \
-      T, const lrpe::backend::simd_detail::no_bias&, lrpe::backend::simd_detail::resources);)                     \
+      T, T, const lrpe::backend::simd_detail::no_bias&, lrpe::backend::simd_detail::resources);)                  \
   X(template void lrpe::backend::simd_detail::linear_simd<T, A>(const lrpe::backend::linear_problem<T>&,         \
                                                                 lrpe::linear_attention_state<T>*,                \
                                                                 lrpe::backend::simd_workspace&);)

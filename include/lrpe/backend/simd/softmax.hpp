@@ -51,7 +51,9 @@
 #include <cstring>
 #include <limits>
 #include <numbers>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include <xsimd/xsimd.hpp>
 
@@ -113,7 +115,31 @@ T log_sum_exp_of(T m, T l) {
   return l != T(0) ? (m + std::log2(l)) * std::numbers::ln2_v<T> : -std::numeric_limits<T>::infinity();
 }
 
-/// Loads Q̂ and the positions of the tile, zeroes O and l, sets m to −∞.
+/// Keys k0, k0 + 1, … (bk of them) visible to a query at s under `mask`: [first, end).
+inline std::pair<index_t, index_t> visible_keys(const key_mask& mask, position_t s, position_t k0, index_t bk) noexcept {
+  const position_t lo = mask.lo(s);
+  const index_t first = lo == key_mask::lowest ? 0 : visible_prefix(lo - 1, k0, bk);
+  return {first, std::max(first, visible_prefix(mask.hi(s), k0, bk))};
+}
+
+/// The running max and sum a row starts from: −∞ and 0, or with a sink σ, log₂e·σ and 1.
+template <class T>
+std::pair<T, T> row_start(const softmax_problem<T>& p) noexcept {
+  if (p.sink == -std::numeric_limits<double>::infinity()) return {-std::numeric_limits<T>::infinity(), T(0)};
+  return {bias_log2<T>(p.sink), T(1)};
+}
+
+/// S = c·tanh(S/c) (base-2 logits and cap) on the first `keys` entries of `rows` rows of stride `ld`.
+template <class T, class A>
+LRPE_ALWAYS_INLINE void soft_cap_rows(T* s, index_t rows, index_t ld, index_t keys, T cap) {
+  using B = xsimd::batch<T, A>;
+  constexpr index_t W = static_cast<index_t>(B::size);
+  const B c(cap);
+  for (index_t i = 0; i < rows; ++i)
+    for (index_t j = 0; j < keys; j += W) (c * xsimd::tanh(B::load_aligned(s + i * ld + j) / c)).store_aligned(s + i * ld + j);
+}
+
+/// Loads Q̂ and the positions of the tile, zeroes O, starts m and l (`row_start`).
 template <class T, class A>
 LRPE_ALWAYS_INLINE void start_query_tile(query_tile<T, A>& t, const softmax_problem<T>& p, const matrix_view<const T>& q,
                                          T qscale, const softmax_shared<T>& sh, index_t i0, simd_workspace& ws) {
@@ -142,8 +168,9 @@ LRPE_ALWAYS_INLINE void start_query_tile(query_tile<T, A>& t, const softmax_prob
     }
     std::fill(t.ot + i * dvp, t.ot + (i + 1) * dvp, T(0));
   }
-  std::fill(t.m, t.m + BQ, -std::numeric_limits<T>::infinity());  // the softmax step reads every row, W at a time
-  std::fill(t.l, t.l + BQ, T(0));
+  const auto [m0, l0] = row_start(p);
+  std::fill(t.m, t.m + BQ, m0);  // the softmax step reads every row, W at a time
+  std::fill(t.l, t.l + BQ, l0);
   t.q_min = t.q_max = t.pos[0];
   for (index_t i = 1; i < t.bq; ++i) {
     t.q_min = std::min(t.q_min, t.pos[i]);
@@ -151,19 +178,24 @@ LRPE_ALWAYS_INLINE void start_query_tile(query_tile<T, A>& t, const softmax_prob
   }
 }
 
-/// Per group of R rows, the keys of tile [j0, j0 + bk) visible to some row of the group: a
-/// prefix when the key positions are offsets; 0 skips the group in this tile.
+/// Per group of R rows, the keys of tile [j0, j0 + bk) that the group's rows may see: a prefix
+/// (up to the last key some row sees) when the key positions are offsets; 0 skips the group in
+/// this tile.
 template <class T, class A>
 LRPE_ALWAYS_INLINE void count_visible_keys(query_tile<T, A>& t, const softmax_problem<T>& p, index_t j0, index_t bk,
                                            position_t k_min, position_t k_max) {
   constexpr index_t R = softmax_tiling<T, A>::R;
+  const bool whole = p.mask.sees_all(t.q_min, t.q_max, k_min, k_max);
   for (index_t g = 0; g * R < t.bqp; ++g) {
     index_t n_vis = bk;
-    if (p.causal && k_max > t.q_min) {
-      position_t g_max = t.pos[g * R];
-      for (index_t r = 1; r < R; ++r) g_max = std::max(g_max, t.pos[g * R + r]);
-      if (k_min > g_max) n_vis = 0;
-      else if (!p.k_positions.is_array()) n_vis = visible_prefix(g_max, p.k_positions[j0], bk);
+    if (!whole) {
+      position_t g_min = t.pos[g * R], g_max = g_min;
+      for (index_t r = 1; r < R; ++r) {
+        g_min = std::min(g_min, t.pos[g * R + r]);
+        g_max = std::max(g_max, t.pos[g * R + r]);
+      }
+      if (!p.mask.may_see(g_min, g_max, k_min, k_max)) n_vis = 0;
+      else if (!p.k_positions.is_array()) n_vis = visible_prefix(p.mask.hi(g_max), p.k_positions[j0], bk);
     }
     t.group_keys[g] = n_vis;
   }
@@ -230,7 +262,7 @@ LRPE_ALWAYS_INLINE void add_tile_bias(query_tile<T, A>& t, const softmax_problem
   }
 }
 
-/// S = −∞ where key j0 + j is not visible to row i (past the tile's end, or after the row).
+/// S = −∞ where key j0 + j is not visible to row i (past the tile's end, or hidden by the mask).
 template <class T, class A>
 LRPE_ALWAYS_INLINE void mask_tile_scores(query_tile<T, A>& t, const softmax_problem<T>& p, index_t j0, index_t bk) {
   using tl = softmax_tiling<T, A>;
@@ -240,12 +272,13 @@ LRPE_ALWAYS_INLINE void mask_tile_scores(query_tile<T, A>& t, const softmax_prob
     if (t.group_keys[i / R] == 0) continue;
     T* srow = t.st + i * BK;
     const position_t s = t.pos[i];
-    if (!p.k_positions.is_array()) {  // keys k0 + j: the visible ones are a prefix
-      const index_t cut = p.causal ? visible_prefix(s, p.k_positions[j0], bk) : bk;
-      std::fill(srow + cut, srow + BK, neg_inf);
+    if (!p.k_positions.is_array()) {  // keys k0 + j: the visible ones are a run [first, end)
+      const auto [first, end] = visible_keys(p.mask, s, p.k_positions[j0], bk);
+      std::fill(srow, srow + first, neg_inf);
+      std::fill(srow + end, srow + BK, neg_inf);
     } else {
       for (index_t j = 0; j < BK; ++j)
-        if (j >= bk || (p.causal && p.k_positions[j0 + j] > s)) srow[j] = neg_inf;
+        if (j >= bk || !p.mask.visible(s, p.k_positions[j0 + j])) srow[j] = neg_inf;
     }
   }
 }
@@ -344,9 +377,10 @@ LRPE_ALWAYS_INLINE void finish_query_tile(const query_tile<T, A>& t, const softm
  * @param bias `no_bias` or a pointer to an additive encoding (`bias(s, t)`).
  */
 template <class T, class A, class Bias>
-void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>& q, T qscale, const Bias& bias,
+void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>& q, T qscale, T cap, const Bias& bias,
                         const softmax_shared<T>& sh, index_t i0, simd_workspace& ws) {
-  constexpr index_t BK = softmax_tiling<T, A>::BK;
+  using tl = softmax_tiling<T, A>;
+  constexpr index_t BK = tl::BK, R = tl::R;
   query_tile<T, A> t;
   start_query_tile(t, p, q, qscale, sh, i0, ws);
   const bool k_offsets = !p.k_positions.is_array();
@@ -354,10 +388,14 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
     const index_t j0 = jt * BK;
     const index_t bk = std::min(BK, sh.nk - j0);
     const position_t k_min = sh.kb[3 * jt], k_max = sh.kb[3 * jt + 1];
-    if (p.causal && k_min > t.q_max) continue;  // every key after every query: skip the tile
-    const bool mask = (p.causal && k_max > t.q_min) || bk < BK;
+    if (!p.mask.may_see(t.q_min, t.q_max, k_min, k_max)) continue;  // no query sees a key: skip the tile
+    const bool mask = !p.mask.sees_all(t.q_min, t.q_max, k_min, k_max) || bk < BK;
     count_visible_keys(t, p, j0, bk, k_min, k_max);
     tile_scores(t, sh, jt, mask && k_offsets);
+    if (cap != T(0)) {
+      for (index_t i = 0; i < t.bqp; i += R)
+        if (t.group_keys[i / R] > 0) soft_cap_rows<T, A>(t.st + i * BK, R, BK, BK, cap);
+    }
     if constexpr (!std::is_same_v<Bias, no_bias>) add_tile_bias(t, p, bias, j0, bk);
     if (mask) mask_tile_scores(t, p, j0, bk);
     online_softmax_step(t);
@@ -381,7 +419,7 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
  */
 template <index_t G, class T, class A, class Bias>
 void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>& q, const matrix_view<const T>& k,
-                         T qscale, const Bias& bias, index_t i0, simd_workspace& ws) {
+                         T qscale, T cap, const Bias& bias, index_t i0, simd_workspace& ws) {
   using B = xsimd::batch<T, A>;
   constexpr index_t W = static_cast<index_t>(B::size), BK = 4 * W, VU = 4;
   constexpr T neg_inf = -std::numeric_limits<T>::infinity();
@@ -401,15 +439,19 @@ void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>
     std::fill(qt + r * dp + d, qt + (r + 1) * dp, T(0));
     std::fill(ot + r * dvp, ot + (r + 1) * dvp, T(0));
     qpos[r] = p.q_positions[i0 + r];
-    m[r] = neg_inf;
-    l[r] = T(0);
+    std::tie(m[r], l[r]) = row_start(p);
   }
-  // causal with keys at k0, k0 + 1, …: the keys after the group's last query are never read
-  index_t n_vis = p.nk;
-  if (p.causal && k_offsets && p.nk > 0) {
-    position_t q_max = qpos[0];
-    for (index_t r = 1; r < G; ++r) q_max = std::max(q_max, qpos[r]);
-    n_vis = visible_prefix(q_max, p.k_positions[0], p.nk);
+  // keys at k0, k0 + 1, …: those before the group's first visible key (a window, a chunk) and
+  // after its last (causal, a chunk) are never read
+  index_t j_first = 0, n_vis = p.nk;
+  if (!p.mask.none() && k_offsets && p.nk > 0) {
+    position_t q_min = qpos[0], q_max = qpos[0];
+    for (index_t r = 1; r < G; ++r) {
+      q_min = std::min(q_min, qpos[r]);
+      q_max = std::max(q_max, qpos[r]);
+    }
+    j_first = visible_keys(p.mask, q_min, p.k_positions[0], p.nk).first;
+    n_vis = std::max(j_first, visible_keys(p.mask, q_max, p.k_positions[0], p.nk).second);
   }
 
   // K and V of the keys read past L2: the next block's V rows are prefetched, W of them per key
@@ -417,7 +459,7 @@ void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>
   const bool prefetch =
       static_cast<std::size_t>(n_vis) * static_cast<std::size_t>(d + dv) * sizeof(T) >= softmax_direct_prefetch_bytes;
 
-  for (index_t j0 = 0; j0 < n_vis; j0 += BK) {
+  for (index_t j0 = j_first; j0 < n_vis; j0 += BK) {
     const index_t bk = std::min(BK, n_vis - j0);
     // S = Q̂Kᵀ: per key W partial sums, reduced W keys at a time; the K block stays in L1 for
     // the group's other rows
@@ -458,16 +500,21 @@ void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>
           sr[j] += t;
         }
       }
+      if (cap != T(0)) soft_cap_rows<T, A>(sr, 1, BK, round_up(bk, W), cap);
       if constexpr (has_bias) {
         for (index_t j = 0; j < bk; ++j) sr[j] += bias_log2<T>(bias->bias(qpos[r], p.k_positions[j0 + j]));
       }
-      // mask: keys past the block and, when causal, keys after the row
-      index_t cut = bk;
-      if (p.causal && k_offsets) cut = visible_prefix(qpos[r], p.k_positions[j0], bk);
-      std::fill(sr + cut, sr + BK, neg_inf);
-      if (p.causal && !k_offsets) {
-        for (index_t j = 0; j < bk; ++j)
-          if (p.k_positions[j0 + j] > qpos[r]) sr[j] = neg_inf;
+      // mask: keys past the block and those the mask hides from the row
+      if (k_offsets) {
+        const auto [first, end] = p.mask.none() ? std::pair<index_t, index_t>(0, bk)
+                                                : visible_keys(p.mask, qpos[r], p.k_positions[j0], bk);
+        std::fill(sr, sr + first, neg_inf);
+        std::fill(sr + end, sr + BK, neg_inf);
+      } else {
+        std::fill(sr + bk, sr + BK, neg_inf);
+        if (!p.mask.none())
+          for (index_t j = 0; j < bk; ++j)
+            if (!p.mask.visible(qpos[r], p.k_positions[j0 + j])) sr[j] = neg_inf;
       }
       // online softmax step
       B mx = B::load_aligned(sr);
@@ -563,16 +610,16 @@ void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>
 /// The direct kernel over all rows, G = 4 at a time (on the pool when there are several groups).
 template <class T, class A, class Bias>
 void softmax_direct(const softmax_problem<T>& p, const matrix_view<const T>& q, const matrix_view<const T>& k,
-                    T qscale, const Bias& bias, resources res) {
+                    T qscale, T cap, const Bias& bias, resources res) {
   constexpr index_t G = 4;
   const index_t groups = (p.nq + G - 1) / G;
   const auto group = [&](index_t g, simd_workspace& ws) {
     const index_t i0 = g * G;
     switch (std::min(G, p.nq - i0)) {
-      case 1: softmax_direct_rows<1, T, A>(p, q, k, qscale, bias, i0, ws); break;
-      case 2: softmax_direct_rows<2, T, A>(p, q, k, qscale, bias, i0, ws); break;
-      case 3: softmax_direct_rows<3, T, A>(p, q, k, qscale, bias, i0, ws); break;
-      default: softmax_direct_rows<4, T, A>(p, q, k, qscale, bias, i0, ws); break;
+      case 1: softmax_direct_rows<1, T, A>(p, q, k, qscale, cap, bias, i0, ws); break;
+      case 2: softmax_direct_rows<2, T, A>(p, q, k, qscale, cap, bias, i0, ws); break;
+      case 3: softmax_direct_rows<3, T, A>(p, q, k, qscale, cap, bias, i0, ws); break;
+      default: softmax_direct_rows<4, T, A>(p, q, k, qscale, cap, bias, i0, ws); break;
     }
   };
   if (res.pool == nullptr || groups < 2) {
@@ -585,7 +632,7 @@ void softmax_direct(const softmax_problem<T>& p, const matrix_view<const T>& q, 
 /// The whole call: pack K and V on `res.ws`, then the query tiles (on the pool if any).
 template <class T, class A, class Bias>
 void softmax_simd(const softmax_problem<T>& p, const matrix_view<const T>& q, const matrix_view<const T>& k,
-                  T scale, const Bias& bias, resources res) {
+                  T scale, T softcap, const Bias& bias, resources res) {
   using tl = softmax_tiling<T, A>;
   constexpr index_t W = tl::W, BK = tl::BK, BQ = tl::BQ;
   const index_t d = q.cols, dv = p.v.cols, nk = p.nk;
@@ -598,8 +645,11 @@ void softmax_simd(const softmax_problem<T>& p, const matrix_view<const T>& q, co
                                      "must be at most max(T) / log2(e) in magnitude (the kernel folds log2(e) into it)",
                                      scale);
   }
+  // the cap in base-2 logits: log₂e·c·tanh(x/c) = c₂·tanh(log₂e·x/c₂) with c₂ = log₂e·c
+  const T cap = static_cast<T>(std::min(static_cast<double>(softcap) * std::numbers::log2e,
+                                        static_cast<double>(std::numeric_limits<T>::max())));
   if (p.nq <= softmax_direct_max_rows) {  // decode steps, short blocks: no packing
-    softmax_direct<T, A>(p, q, k, qscale, bias, res);
+    softmax_direct<T, A>(p, q, k, qscale, cap, bias, res);
     return;
   }
 
@@ -635,25 +685,26 @@ void softmax_simd(const softmax_problem<T>& p, const matrix_view<const T>& q, co
   const softmax_shared<T> sh{kp, vp, kb, d, dv, dvp, nk, tiles, prefetch};
   const index_t qtiles = (p.nq + BQ - 1) / BQ;
   if (res.pool == nullptr || qtiles < 2) {
-    for (index_t it = 0; it < qtiles; ++it) softmax_query_tile<T, A>(p, q, qscale, bias, sh, it * BQ, ws);
+    for (index_t it = 0; it < qtiles; ++it) softmax_query_tile<T, A>(p, q, qscale, cap, bias, sh, it * BQ, ws);
     return;
   }
   // causal: the last query tiles see the most keys; hand them out first
   res.pool->run(qtiles, [&](index_t item, int t) {
-    const index_t it = p.causal ? qtiles - 1 - item : item;
-    softmax_query_tile<T, A>(p, q, qscale, bias, sh, it * BQ, t == 0 ? ws : res.pool->workspace(t));
+    const index_t it = p.mask.causal ? qtiles - 1 - item : item;
+    softmax_query_tile<T, A>(p, q, qscale, cap, bias, sh, it * BQ, t == 0 ? ws : res.pool->workspace(t));
   });
 }
 
 template <class Backend, class T>
 void softmax_dispatch(const Backend& b, const softmax_problem<T>& p, const dot_logits<T>& l) {
   if (p.nq == 0) return;
-  softmax_simd<T, typename Backend::arch_type>(p, l.a, l.b, l.scale, no_bias{}, resolve(b));
+  softmax_simd<T, typename Backend::arch_type>(p, l.a, l.b, l.scale, l.softcap, no_bias{}, resolve(b));
 }
 template <class Backend, class T, class E>
 void softmax_dispatch(const Backend& b, const softmax_problem<T>& p, const biased_logits<T, E>& l) {
   if (p.nq == 0) return;
-  softmax_simd<T, typename Backend::arch_type>(p, l.content.a, l.content.b, l.content.scale, l.encoding, resolve(b));
+  softmax_simd<T, typename Backend::arch_type>(p, l.content.a, l.content.b, l.content.scale, l.content.softcap,
+                                               l.encoding, resolve(b));
 }
 
 template <class Backend, class T>

@@ -53,6 +53,7 @@ struct backward_shared {
   const T* delta;  ///< per query row: D = dO·O
   const position_t* kb;  ///< per key tile: min, max position, 1 if its K rows hold a NaN or ±∞
   index_t d, dv, dp, dvp, nq, nqp, nk, tiles, qtiles;
+  T cap;  ///< the soft cap in base-2 logits (0: none)
 };
 
 /// Rows per micro-kernel call of dK and dV (rows are keys there): 4·UM accumulators, which
@@ -63,10 +64,11 @@ inline constexpr index_t backward_key_rows = 4;
 /// accumulators of the key tile in hand.
 template <class T>
 struct backward_scratch {
-  T* s;   ///< BQ × BK, then the bias diagonal table (BK + BQ)
-  T* dp;  ///< BQ × BK
-  T* dk;  ///< BK × dp
-  T* dv;  ///< BK × dvp
+  T* s;    ///< BQ × BK, then the bias diagonal table (BK + BQ)
+  T* dp;   ///< BQ × BK
+  T* dk;   ///< BK × dp
+  T* dv;   ///< BK × dvp
+  T* cap;  ///< BQ × BK: the soft cap's derivative 1 − tanh² per entry (with a cap only)
 };
 
 template <class T, class A>
@@ -74,8 +76,30 @@ backward_scratch<T> backward_scratch_of(simd_workspace& ws, const backward_share
   using tl = softmax_tiling<T, A>;
   constexpr index_t BQ = tl::BQ, BK = tl::BK;
   const index_t s_size = round_up(BQ * BK + BK + BQ, 16);
-  T* base = ws.get<T>(simd_workspace::grad_tile, s_size + BQ * BK + BK * (sh.dp + sh.dvp));
-  return {base, base + s_size, base + s_size + BQ * BK, base + s_size + BQ * BK + BK * sh.dp};
+  const index_t cap_size = sh.cap != T(0) ? BQ * BK : 0;
+  T* base = ws.get<T>(simd_workspace::grad_tile, s_size + BQ * BK + BK * (sh.dp + sh.dvp) + cap_size);
+  T* dk = base + s_size + BQ * BK;
+  T* dv = dk + BK * sh.dp;
+  return {base, base + s_size, dk, dv, dv + BK * sh.dvp};
+}
+
+/// S = c·tanh(S/c) on the formed entries of the tile's live groups (base-2 logits and cap), and
+/// the derivative 1 − (S/c)² kept in `w.cap` for dS.
+template <class T, class A>
+LRPE_ALWAYS_INLINE void soft_cap_tile(const query_tile<T, A>& t, backward_scratch<T>& w, T cap, bool prefix) {
+  using B = xsimd::batch<T, A>;
+  using tl = softmax_tiling<T, A>;
+  constexpr index_t W = tl::W, BK = tl::BK, R = tl::R;
+  const B c(cap), one(T(1));
+  for (index_t i = 0; i < t.bqp; ++i) {
+    const index_t keys = t.group_keys[i / R];
+    if (keys == 0) continue;
+    for (index_t j = 0; j < (prefix ? round_up(keys, W) : BK); j += W) {
+      const B th = xsimd::tanh(B::load_aligned(w.s + i * BK + j) / c);
+      (c * th).store_aligned(w.s + i * BK + j);
+      (one - th * th).store_aligned(w.cap + i * BK + j);
+    }
+  }
 }
 
 /// P = 2^(S − lse₂) and dS = P ∘ (dP − D) in place of S and dP, for the tile's rows; rows past
@@ -129,8 +153,8 @@ void backward_tile_pair(const softmax_backward_problem<T>& p, const backward_sha
   t.q_min = *std::min_element(t.pos, t.pos + t.bq);
   t.q_max = *std::max_element(t.pos, t.pos + t.bq);
   const position_t k_min = sh.kb[3 * jt], k_max = sh.kb[3 * jt + 1];
-  if (f.causal && k_min > t.q_max) return;  // every key after every query
-  const bool mask = (f.causal && k_max > t.q_min) || bk < BK;
+  if (!f.mask.may_see(t.q_min, t.q_max, k_min, k_max)) return;  // no query sees a key
+  const bool mask = !f.mask.sees_all(t.q_min, t.q_max, k_min, k_max) || bk < BK;
   const bool prefix = mask && !f.k_positions.is_array();
   count_visible_keys(t, f, j0, bk, k_min, k_max);
 
@@ -145,6 +169,7 @@ void backward_tile_pair(const softmax_backward_problem<T>& p, const backward_sha
                              w.dp + i * BK, BK);
   }
   if (keys_seen == 0) return;
+  if (sh.cap != T(0)) soft_cap_tile(t, w, sh.cap, prefix);
   if constexpr (!std::is_same_v<Bias, no_bias>) add_tile_bias(t, f, bias, j0, bk);
   if (mask) mask_tile_scores(t, f, j0, bk);
   probabilities_and_ds(t, sh, w);
@@ -157,6 +182,20 @@ void backward_tile_pair(const softmax_backward_problem<T>& p, const backward_sha
             if (w.s[i * BK + j] != T(0))
               bias->accumulate_bias_gradient(t.pos[i], f.k_positions[j0 + j], static_cast<double>(w.dp[i * BK + j]),
                                              p.bias_grad);
+      }
+    }
+  }
+
+  if (sh.cap != T(0)) {  // dS of the content: through the cap's derivative (after the bias's dS above)
+    using V = xsimd::batch<T, A>;
+    const V zero(T(0));
+    for (index_t i = 0; i < t.bqp; ++i) {
+      const index_t keys = t.group_keys[i / R];
+      if (keys == 0) continue;
+      for (index_t j = 0; j < (prefix ? round_up(keys, tl::W) : BK); j += tl::W) {
+        // (a masked entry's dS is 0 and stays 0, whatever its key held)
+        const V ds = V::load_aligned(w.dp + i * BK + j);
+        xsimd::select(ds == zero, zero, ds * V::load_aligned(w.cap + i * BK + j)).store_aligned(w.dp + i * BK + j);
       }
     }
   }
@@ -262,7 +301,7 @@ void softmax_backward_simd(const softmax_backward_problem<T>& p, const dot_logit
     softmax_problem<T> fwd = f;
     fwd.out = view(scratch);
     fwd.lse = recomputed.data();
-    softmax_simd<T, A>(fwd, q, k, scale, bias, res);
+    softmax_simd<T, A>(fwd, q, k, scale, content.softcap, bias, res);
     lse = recomputed.data();
   }
 
@@ -302,7 +341,9 @@ void softmax_backward_simd(const softmax_backward_problem<T>& p, const dot_logit
     kb[3 * jt + 1] = hi;
     kb[3 * jt + 2] = all_finite<T, A>(kr + j0 * dp, (j1 - j0) * dp) ? 0 : 1;
   }
-  const backward_shared<T> sh{qr, dor, kr, kp, vp, lse2, delta, kb, d, dv, dp, dvp, nq, nqp, nk, tiles, qtiles};
+  const T cap = static_cast<T>(std::min(static_cast<double>(content.softcap) * std::numbers::log2e,
+                                        static_cast<double>(std::numeric_limits<T>::max())));  // as the forward
+  const backward_shared<T> sh{qr, dor, kr, kp, vp, lse2, delta, kb, d, dv, dp, dvp, nq, nqp, nk, tiles, qtiles, cap};
 
   const index_t groups = std::min(softmax_backward_groups, tiles);
   T* dq = ws.get<T>(simd_workspace::grad_dq, groups * nqp * dp);
