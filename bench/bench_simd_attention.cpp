@@ -353,6 +353,51 @@ void linear_backward(benchmark::State& state) {
 // K and V read once, unpacked). Memory-bound: `GBps` = the K and V bytes read per second,
 // `frac_copy` = GBps / the copy anchor whose size matches (L3 for caches of ≤ 16 MiB, else
 // STREAM; the anchors count bytes read and written).
+/// Softmax attention with the options of inference engines (docs/attention.md#attention-options),
+/// causal, 8 heads, d = 64, on one thread: kind 0 plain, 1 softcap 30, 2 a sink per head, 3 both,
+/// 4 a window of `range(2)` keys (GFLOPS over the visible pairs only: a window's cost per visible
+/// pair against the plain call's).
+void softmax_options_cost(benchmark::State& state) {
+  const index_t n = state.range(0);
+  const int kind = static_cast<int>(state.range(1));
+  const index_t window = state.range(2);
+  inputs in(n);
+  lrpe::softmax_options<> opt{.causal = true};
+  if (kind == 1 || kind == 3) opt.softcap = 30;
+  static const std::vector<double> sinks{0.5, -0.25, 1.0, 0.0, 2.0, -1.0, 0.75, 0.1};
+  if (kind == 2 || kind == 3) opt.head_sinks = sinks;
+  if (kind == 4) opt.window = window;
+  double pairs = 0;  // visible (query, key) pairs
+  for (index_t s = 0; s < n; ++s) pairs += static_cast<double>(kind == 4 ? std::min(s + 1, window) : s + 1);
+  run_timed(state, 4.0 * pairs * d * heads, 1, [&] {
+    lrpe::softmax_attention(in.view(in.q), in.view(in.k), in.view(in.v), in.view(in.out), lrpe::no_encoding{}, opt,
+                            lrpe::backend::simd<>{});
+  });
+}
+
+/// One decode step over n cached keys with a window of `range(1)` keys (0: none): the time
+/// follows the window, not n.
+void softmax_decode_window(benchmark::State& state) {
+  const index_t n = state.range(0), window = state.range(1);
+  inputs in(n);
+  const auto row = [](auto view) {
+    view.data += (view.seq - 1) * view.seq_stride;
+    view.seq = 1;
+    return view;
+  };
+  lrpe::softmax_options<> opt{.causal = true, .q_positions = n - 1};
+  opt.window = window;
+  const index_t read = window > 0 ? std::min(n, window) : n;
+  const double per_call = run_timed(state, 4.0 * static_cast<double>(read) * d * heads, 1, [&] {
+    lrpe::softmax_attention(row(in.view(in.q)), in.view(in.k), in.view(in.v), row(in.view(in.out)),
+                            lrpe::no_encoding{}, opt, lrpe::backend::simd<>{});
+  });
+  const double kv_bytes = 2.0 * static_cast<double>(read) * d * heads * sizeof(T);
+  state.counters["GBps"] = benchmark::Counter(kv_bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  const double anchor = kv_bytes <= double(16u << 20) ? g_copy_l3 : g_copy_stream;
+  if (anchor > 0) state.counters["frac_copy"] = kv_bytes / per_call * 1e-9 / anchor;
+}
+
 void softmax_decode(benchmark::State& state) {
   const index_t n = state.range(0);
   const bool simd = state.range(1) != 0;
@@ -629,6 +674,13 @@ BENCHMARK(softmax_simd_rope)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillise
 BENCHMARK(softmax_decode)->ArgsProduct({{512, 4096, 16384}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(softmax_decode_gqa)->ArgsProduct({{4096, 16384}, {0, 1, 2}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(softmax_simd_alibi)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(softmax_options_cost)
+    ->ArgsProduct({{4096}, {0, 1, 2, 3}, {0}})
+    ->Args({4096, 4, 512})
+    ->Args({4096, 4, 1024})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(softmax_decode_window)->ArgsProduct({{32768}, {0, 4096}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(softmax_backward)->ArgsProduct({{512, 2048, 4096}, {0, 1}, {1}})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(softmax_backward)->ArgsProduct({{512}, {0, 1}, {0}})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(softmax_reference)->ArgsProduct({{512, 2048, 4096}, {0, 1}})->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -63,12 +63,20 @@ void linear_case(const Encoding& enc, bool causal, const char* name) {
         std::string("linear ") + name + (causal ? " causal" : "") + ": " + std::to_string(err));
 }
 
+/// A sliding window, a soft cap and a sink (the sink must join once over the ring's blocks).
+void set_engine_options(lrpe::softmax_options<>& opt) {
+  opt.window = 9;
+  opt.softcap = 2;
+  opt.sink = 0.7;
+}
+
 template <class T, class Encoding>
-void softmax_case(const Encoding& enc, bool causal, bool zigzag, const char* name) {
+void softmax_case(const Encoding& enc, bool causal, bool zigzag, const char* name, bool engine = false) {
   const lrpe::index_t block = 7, n = 2 * block * ranks, d = 8, dv = 5;
   const auto q = uniform<T>(n, d, 4), k = uniform<T>(n, d, 5), v = uniform<T>(n, dv, 6);
   lrpe::softmax_options<> opt;
   opt.causal = causal;
+  if (engine) set_engine_options(opt);
   lrpe::row_matrix<T> want(n, dv);
   std::vector<T> want_lse(static_cast<std::size_t>(n));
   lrpe::softmax_attention_lse(q, k, v, want, std::span<T>(want_lse), enc, opt);
@@ -96,7 +104,8 @@ void softmax_case(const Encoding& enc, bool causal, bool zigzag, const char* nam
     err = std::max(err, double((out.row(i) - want.row(rows[std::size_t(i)])).cwiseAbs().maxCoeff()));
     lse_err = std::max(lse_err, std::abs(double(lse[std::size_t(i)] - want_lse[std::size_t(rows[std::size_t(i)])])));
   }
-  const std::string what = std::string("softmax ") + name + (causal ? " causal" : "") + (zigzag ? " zigzag" : "");
+  const std::string what = std::string("softmax ") + name + (causal ? " causal" : "") + (zigzag ? " zigzag" : "") +
+                           (engine ? " window+softcap+sink" : "");
   check(err <= tolerance<T>(), what + ": " + std::to_string(err));
   check(lse_err <= 10 * tolerance<T>(), what + " lse: " + std::to_string(lse_err));
 }
@@ -110,6 +119,7 @@ void all_cases() {
       softmax_case<T>(lrpe::no_encoding{}, causal, zigzag, "no encoding");
       softmax_case<T>(lrpe::type2<T>(8), causal, zigzag, "type2");
       softmax_case<T>(lrpe::canonical::alibi<T>(8, {0.25}), causal, zigzag, "alibi");
+      softmax_case<T>(lrpe::type2<T>(8), causal, zigzag, "type2", true);
     }
   }
 }
@@ -177,12 +187,18 @@ void linear_backward_case(bool causal) {
 
 /// The backward of ring softmax attention against one process's, zigzag or contiguous.
 template <class T, class Encoding>
-void softmax_backward_case(const Encoding& enc, bool causal, bool zigzag, bool with_lse, const char* name) {
+void softmax_backward_case(const Encoding& enc, bool causal, bool zigzag, bool with_lse, const char* name,
+                           bool engine = false) {
   const lrpe::index_t block = 7, n = 2 * block * ranks, d = 8, dv = 5;
   const auto q = uniform<T>(n, d, 15), k = uniform<T>(n, d, 16), v = uniform<T>(n, dv, 17);
   const auto d_out = uniform<T>(n, dv, 18);
   lrpe::softmax_options<> opt;
   opt.causal = causal;
+  double sink1 = 0, sink = 0;  // dL/dσ: one process's, and the ranks' shares summed
+  if (engine) {
+    set_engine_options(opt);
+    opt.sink_gradient = &sink1;
+  }
   lrpe::row_matrix<T> out1(n, dv), dq1(n, d), dk1(n, d), dv1(n, dv);
   lrpe::softmax_attention(q, k, v, out1, enc, opt);
   auto g1 = enc.make_gradient();
@@ -205,6 +221,7 @@ void softmax_backward_case(const Encoding& enc, bool causal, bool zigzag, bool w
   }
   std::vector<lrpe::position_t> pos(rows.begin(), rows.end());
   opt.q_positions = opt.k_positions = pos;
+  if (engine) opt.sink_gradient = &sink;
   std::vector<T> lse(static_cast<std::size_t>(m));
   lrpe::mpi::softmax_attention(MPI_COMM_WORLD, mq, mk, mv, out, enc, opt, lrpe::backend::reference{}, std::span<T>(lse));
   auto g = enc.make_gradient();
@@ -212,6 +229,7 @@ void softmax_backward_case(const Encoding& enc, bool causal, bool zigzag, bool w
                                         with_lse ? std::span<const T>(lse) : std::span<const T>(), dq, dk, dv_, enc,
                                         opt, &g);
   allreduce(g);
+  MPI_Allreduce(MPI_IN_PLACE, &sink, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   double err = 0;
   for (lrpe::index_t i = 0; i < m; ++i) {
     const auto r = rows[std::size_t(i)];
@@ -220,7 +238,10 @@ void softmax_backward_case(const Encoding& enc, bool causal, bool zigzag, bool w
                     double((dv_.row(i) - dv1.row(r)).cwiseAbs().maxCoeff())});
   }
   const std::string what = std::string("softmax backward ") + name + (causal ? " causal" : "") +
-                           (zigzag ? " zigzag" : "") + (with_lse ? "" : " (lse recomputed)");
+                           (zigzag ? " zigzag" : "") + (with_lse ? "" : " (lse recomputed)") +
+                           (engine ? " window+softcap+sink" : "");
+  check(std::abs(sink - sink1) <= 10 * tolerance<T>() * (1 + std::abs(sink1)) && (!engine || sink1 != 0),
+        what + " sink: " + std::to_string(sink) + " vs " + std::to_string(sink1));
   check(err <= 10 * tolerance<T>(), what + ": " + std::to_string(err));
   check(max_rel(g, g1) <= 10 * tolerance<T>(), what + " parameters: " + std::to_string(max_rel(g, g1)));
 }
@@ -232,6 +253,7 @@ void backward_cases() {
   for (bool causal : {false, true}) {
     softmax_backward_case<T>(lrpe::type2<T>(8), causal, causal, true, "type2");
     softmax_backward_case<T>(lrpe::canonical::alibi<T>(8, {0.25}), causal, false, !causal, "alibi");
+    softmax_backward_case<T>(lrpe::type2<T>(8), causal, !causal, causal, "type2", true);
   }
 }
 
