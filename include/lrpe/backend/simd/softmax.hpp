@@ -134,9 +134,9 @@ template <class T, class A>
 LRPE_ALWAYS_INLINE void soft_cap_rows(T* s, index_t rows, index_t ld, index_t keys, T cap) {
   using B = xsimd::batch<T, A>;
   constexpr index_t W = static_cast<index_t>(B::size);
-  const B c(cap);
+  const B c(cap), inv(T(1) / cap);
   for (index_t i = 0; i < rows; ++i)
-    for (index_t j = 0; j < keys; j += W) (c * xsimd::tanh(B::load_aligned(s + i * ld + j) / c)).store_aligned(s + i * ld + j);
+    for (index_t j = 0; j < keys; j += W) (c * xsimd::tanh(B::load_aligned(s + i * ld + j) * inv)).store_aligned(s + i * ld + j);
 }
 
 /// Loads Q̂ and the positions of the tile, zeroes O, starts m and l (`row_start`).

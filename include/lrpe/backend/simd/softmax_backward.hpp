@@ -90,12 +90,12 @@ LRPE_ALWAYS_INLINE void soft_cap_tile(const query_tile<T, A>& t, backward_scratc
   using B = xsimd::batch<T, A>;
   using tl = softmax_tiling<T, A>;
   constexpr index_t W = tl::W, BK = tl::BK, R = tl::R;
-  const B c(cap), one(T(1));
+  const B c(cap), inv(T(1) / cap), one(T(1));
   for (index_t i = 0; i < t.bqp; ++i) {
     const index_t keys = t.group_keys[i / R];
     if (keys == 0) continue;
     for (index_t j = 0; j < (prefix ? round_up(keys, W) : BK); j += W) {
-      const B th = xsimd::tanh(B::load_aligned(w.s + i * BK + j) / c);
+      const B th = xsimd::tanh(B::load_aligned(w.s + i * BK + j) * inv);
       (c * th).store_aligned(w.s + i * BK + j);
       (one - th * th).store_aligned(w.cap + i * BK + j);
     }
