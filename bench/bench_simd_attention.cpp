@@ -398,6 +398,30 @@ void softmax_decode_window(benchmark::State& state) {
   if (anchor > 0) state.counters["frac_copy"] = kv_bytes / per_call * 1e-9 / anchor;
 }
 
+/// One decode step of one head (one query row, d = 64) over n cached keys on a pool of
+/// `range(1)` threads: with more threads than row groups the keys are split across them
+/// (split-KV) and the parts merged.
+void softmax_decode_split(benchmark::State& state) {
+  const index_t n = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  inputs in(n);
+  lrpe::backend::simd_threads pool(threads);
+  const lrpe::backend::simd_policy<> policy{&pool};
+  const auto q = in.view(in.q).head(0, 0), k = in.view(in.k).head(0, 0), v = in.view(in.v).head(0, 0);
+  const auto out = in.view(in.out).head(0, 0);
+  const lrpe::softmax_options<> opt{.causal = true, .q_positions = n - 1};
+  const lrpe::matrix_view<const T> row(q.row(n - 1), 1, d, q.row_stride);
+  const lrpe::matrix_view<T> out_row(out.row(n - 1), 1, d, out.row_stride);
+  const double per_call = run_timed(state, 4.0 * static_cast<double>(n) * d, threads, [&] {
+    lrpe::softmax_attention(row, lrpe::matrix_view<const T>(k), lrpe::matrix_view<const T>(v), out_row,
+                            lrpe::no_encoding{}, opt, policy);
+  });
+  const double kv_bytes = 2.0 * static_cast<double>(n) * d * sizeof(T);
+  state.counters["GBps"] = benchmark::Counter(kv_bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  const double anchor = kv_bytes <= double(16u << 20) ? g_copy_l3 : g_copy_stream;
+  if (anchor > 0) state.counters["frac_copy"] = kv_bytes / per_call * 1e-9 / anchor;
+}
+
 void softmax_decode(benchmark::State& state) {
   const index_t n = state.range(0);
   const bool simd = state.range(1) != 0;
@@ -680,6 +704,7 @@ BENCHMARK(softmax_options_cost)
     ->Args({4096, 4, 1024})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+BENCHMARK(softmax_decode_split)->ArgsProduct({{16384, 65536, 262144}, {1, 2}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(softmax_decode_window)->ArgsProduct({{32768}, {0, 4096}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(softmax_backward)->ArgsProduct({{512, 2048, 4096}, {0, 1}, {1}})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(softmax_backward)->ArgsProduct({{512}, {0, 1}, {0}})->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -473,3 +473,37 @@ TEST_CASE("attention options: bad values are errors naming the option") {
   o.head_sinks = nan_sinks;
   CHECK_THROWS_AS(lrpe::softmax_attention(h, h, h, oh, lrpe::no_encoding{}, o), lrpe::domain_error);
 }
+
+TEST_CASE_TEMPLATE("split-KV decode on a pool equals one thread's, with every option", T, float, double) {
+  const index_t d = 24, dv = 10;
+  lrpe::generator g(0x0B710'0008);
+  for (const int threads : {2, 3}) {
+    lrpe::backend::simd_threads pool(threads);
+    for (const auto& [nq, nk] : {std::pair<index_t, index_t>{1, 5000}, {3, 2600}, {8, 7000}, {1, 900}})
+      for (const bool arrays : {false, true})
+        for (const engine& e : {engine{}, engine{true, 0, 0, 0, no_sink}, engine{true, 3000, 0, 3.0, 1.5},
+                                engine{false, 0, 2048, 0, -0.5}, engine{true, 0, 0, 0, 40.0}}) {
+          CAPTURE(threads);
+          CAPTURE(nq);
+          CAPTURE(nk);
+          CAPTURE(arrays);
+          CAPTURE(e.window);
+          CAPTURE(e.chunk);
+          CAPTURE(e.sink);
+          const rm<T> q = random_matrix<T>(g, nq, d), k = random_matrix<T>(g, nk, d), v = random_matrix<T>(g, nk, dv);
+          const auto kp = make_positions(nk, 0, arrays, 3);
+          const auto qp = make_positions(nq, nk - nq, false, 0);
+          const auto o = options_of(e, qp, kp, arrays);
+          rm<T> one(nq, dv), split(nq, dv);
+          std::vector<T> l1(static_cast<std::size_t>(nq)), l2(static_cast<std::size_t>(nq));
+          lrpe::softmax_attention_lse(q, k, v, one, std::span<T>(l1), lrpe::no_encoding{}, o, lrpe::backend::simd<>{});
+          lrpe::softmax_attention_lse(q, k, v, split, std::span<T>(l2), lrpe::no_encoding{}, o,
+                                      lrpe::backend::simd_policy<>{&pool});
+          CHECK(simd_attention_test::diff(split, one) <= kernel_vs_kernel<T>());
+          for (std::size_t i = 0; i < l1.size(); ++i) {
+            if (std::isinf(l1[i])) CHECK(l2[i] == l1[i]);
+            else CHECK(std::abs(l2[i] - l1[i]) <= kernel_vs_kernel<T>() * (1 + std::abs(l1[i])));
+          }
+        }
+  }
+}

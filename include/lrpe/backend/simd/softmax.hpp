@@ -34,6 +34,7 @@
 #pragma once
 
 #include <lrpe/attention/backend_interface.hpp>
+#include <lrpe/attention/merge.hpp>
 #include <lrpe/backend/reference/softmax.hpp>
 #include <lrpe/backend/simd/detail/exp2.hpp>
 #include <lrpe/backend/simd/detail/micro_kernels.hpp>
@@ -607,12 +608,69 @@ void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>
   }
 }
 
-/// The direct kernel over all rows, G = 4 at a time (on the pool when there are several groups).
+template <class T, class A, class Bias>
+void softmax_direct(const softmax_problem<T>& p, const matrix_view<const T>& q, const matrix_view<const T>& k,
+                    T qscale, T cap, const Bias& bias, resources res);
+
+/**
+ * Split-KV (flash-decoding): keys [first, end) (those some row may see) in `parts` contiguous
+ * ranges, one per thread, each a direct call of its own into a part output and log-sum-exp (the
+ * sink in the first part only), then the parts merged row by row (`lrpe::detail::merge_row`, in
+ * double). Keys outside [first, end) are hidden from every row: they add nothing.
+ */
+template <class T, class A, class Bias>
+void softmax_direct_split(const softmax_problem<T>& p, const matrix_view<const T>& q, const matrix_view<const T>& k,
+                          T qscale, T cap, const Bias& bias, resources res, index_t parts, index_t first, index_t end) {
+  const index_t nq = p.nq, dv = p.v.cols, per = (end - first + parts - 1) / parts;
+  T* outs = res.ws->get<T>(simd_workspace::split_parts, parts * nq * (dv + 1));
+  T* lses = outs + parts * nq * dv;
+  res.pool->run(parts, [&](index_t part, int t) {
+    const index_t j0 = std::min(end, first + part * per), j1 = std::min(end, j0 + per);
+    softmax_problem<T> sub = p;
+    sub.nk = j1 - j0;
+    sub.v = matrix_view<const T>(p.v.row(j0), j1 - j0, dv, p.v.row_stride);
+    sub.k_positions = p.k_positions.slice(j0, j1 - j0);
+    sub.out = matrix_view<T>(outs + part * nq * dv, nq, dv, dv);
+    sub.lse = lses + part * nq;
+    if (part > 0) sub.sink = -std::numeric_limits<double>::infinity();  // joins once
+    const matrix_view<const T> k_part(k.row(j0), j1 - j0, k.cols, k.row_stride);
+    softmax_direct<T, A>(sub, q, k_part, qscale, cap, bias, {t == 0 ? res.ws : &res.pool->workspace(t), nullptr});
+  });
+  struct parts_t {
+    const T* outs;
+    const T* lses;
+    index_t nq, dv;
+    [[nodiscard]] T lse(std::size_t part, index_t i) const { return lses[static_cast<index_t>(part) * nq + i]; }
+    [[nodiscard]] const T* row(std::size_t part, index_t i) const { return outs + (static_cast<index_t>(part) * nq + i) * dv; }
+  } all{outs, lses, nq, dv};
+  for (index_t i = 0; i < nq; ++i) {
+    T lse = 0;
+    lrpe::detail::merge_row(all, static_cast<std::size_t>(parts), i, dv, p.out.row(i), lse);
+    if (p.lse != nullptr) p.lse[i] = lse;
+  }
+}
+
+/// The direct kernel over all rows, G = 4 at a time (on the pool when there are several groups;
+/// split over the keys when there are fewer groups than threads and keys enough).
 template <class T, class A, class Bias>
 void softmax_direct(const softmax_problem<T>& p, const matrix_view<const T>& q, const matrix_view<const T>& k,
                     T qscale, T cap, const Bias& bias, resources res) {
   constexpr index_t G = 4;
   const index_t groups = (p.nq + G - 1) / G;
+  if (res.pool != nullptr && groups < res.pool->size() && p.nk > 0) {
+    // the keys some row may see (keys as offsets): only those are split
+    index_t first = 0, end = p.nk;
+    if (!p.mask.none() && !p.k_positions.is_array()) {
+      const auto [q_min, q_max] = reference_detail::position_range(p.q_positions, 0, p.nq);
+      first = visible_keys(p.mask, q_min, p.k_positions[0], p.nk).first;
+      end = std::max(first, visible_keys(p.mask, q_max, p.k_positions[0], p.nk).second);
+    }
+    const index_t parts = std::min<index_t>(res.pool->size(), (end - first) / softmax_split_min_keys);
+    if (parts >= 2) {
+      softmax_direct_split<T, A>(p, q, k, qscale, cap, bias, res, parts, first, end);
+      return;
+    }
+  }
   const auto group = [&](index_t g, simd_workspace& ws) {
     const index_t i0 = g * G;
     switch (std::min(G, p.nq - i0)) {

@@ -51,6 +51,7 @@ class simd_workspace {
     grad_rows,   ///< softmax backward: Q, dO and K as padded rows, the rows' base-2 lse and D
     grad_dq,     ///< softmax backward: the key-tile groups' partial dQ
     grad_tile,   ///< softmax backward: S/P, dP/dS of one tile pair, dK and dV of one key tile (per thread)
+    split_parts,  ///< softmax decode split over the keys: each part's outputs and log-sum-exps
     slot_count
   };
 

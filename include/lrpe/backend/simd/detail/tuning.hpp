@@ -32,6 +32,13 @@ inline constexpr std::size_t softmax_tile_prefetch_bytes = std::size_t(1) << 23;
 inline constexpr index_t softmax_direct_max_rows = 8;
 
 /**
+ * A direct call with fewer row groups than the pool has threads splits its keys across the
+ * threads (split-KV, flash-decoding) when each part gets at least this many keys: below, a
+ * thread's share of the cache takes less time than handing it out and merging.
+ */
+inline constexpr index_t softmax_split_min_keys = 1024;
+
+/**
  * The direct kernel prefetches each block's V rows during the block before it when the keys it
  * reads hold at least this many bytes of K and V (past a core's L2). A decode step over a KV
  * cache streams them from L3 or DRAM, and V, read in column passes of VU vectors over the
