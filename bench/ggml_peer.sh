@@ -10,6 +10,7 @@
 # thread pool), in build/ggml. Nothing here is a dependency of the library or of its tests.
 #
 # Usage: bench/ggml_peer.sh [--out build/ggml_peer.json] [--reps 5] [--sizes 512,2048,4096,8192]
+#        bench/ggml_peer.sh --decode 4096,16384,65536   (decode steps only: one query row per head)
 #        python3 bench/summary.py build/simd_attention.json build/torch_peer.json \
 #            --ggml build/ggml_peer.json --markdown
 set -euo pipefail

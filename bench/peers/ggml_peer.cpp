@@ -178,6 +178,47 @@ record run_attention(int n, int threads, bool causal, ggml_type kv_type, int rep
   return {name, n, threads, g.time(reps)};
 }
 
+/// One decode step: one query row per head over n cached keys (llama.cpp's decode: no mask
+/// when every key is visible), checked against a naive loop.
+record run_decode(int n, int threads, ggml_type kv_type, int reps, std::mt19937& rng) {
+  const std::size_t bytes = static_cast<std::size_t>(n) * D * H * 2 * ggml_type_size(kv_type) + (16u << 20);
+  graph_runner g(bytes);
+  ggml_tensor* q = ggml_new_tensor_3d(g.ctx, GGML_TYPE_F32, D, 1, H);
+  ggml_tensor* k = ggml_new_tensor_3d(g.ctx, kv_type, D, n, H);
+  ggml_tensor* v = ggml_new_tensor_3d(g.ctx, kv_type, D, n, H);
+  fill_random(q, rng);
+  fill_random(k, rng);
+  fill_random(v, rng);
+  const float scale = 1.0f / std::sqrt(float(D));
+  ggml_tensor* out = ggml_flash_attn_ext(g.ctx, q, k, v, nullptr, scale, 0.0f, 0.0f);
+  ggml_prec_set_acc(out, GGML_PREC_F32);
+  g.build({out}, threads);
+  g.compute();
+  double err = 0.0, big = 0.0;
+  for (int h = 0; h < H; ++h) {
+    std::vector<double> s(static_cast<std::size_t>(n));
+    double m = -std::numeric_limits<double>::infinity(), l = 0.0;
+    for (int j = 0; j < n; ++j) {
+      double dot = 0.0;
+      for (int c = 0; c < D; ++c) dot += double(element(q, c, 0, h)) * element(k, c, j, h);
+      m = std::max(m, s[static_cast<std::size_t>(j)] = scale * dot);
+    }
+    for (double& x : s) l += (x = std::exp(x - m));
+    for (int c = 0; c < D; ++c) {
+      double o = 0.0;
+      for (int j = 0; j < n; ++j) o += s[static_cast<std::size_t>(j)] * element(v, c, j, h);
+      const float got = *reinterpret_cast<const float*>(static_cast<const char*>(out->data) + c * out->nb[0] + h * out->nb[1]);
+      err = std::max(err, std::abs(got - o / l));
+      big = std::max(big, std::abs(o / l));
+    }
+  }
+  if (!(err / (1.0 + big) <= (kv_type == GGML_TYPE_F32 ? 1e-4 : 2e-2))) {
+    std::fprintf(stderr, "ggml decode n=%d: error %.3g against the naive reference\n", n, err / (1.0 + big));
+    std::exit(1);
+  }
+  return {kv_type == GGML_TYPE_F16 ? "softmax_decode_kvf16" : "softmax_decode", n, threads, g.time(reps)};
+}
+
 record run_rope(int n, int threads, bool split_half, int reps, std::mt19937& rng) {
   graph_runner g(static_cast<std::size_t>(n) * D * H * 4 * 4 + (16u << 20));
   // rows [D, H, n]: ggml's RoPE layout (positions on dimension 2)
@@ -203,9 +244,16 @@ int main(int argc, char** argv) {
   std::string out_path = "build/ggml_peer.json";
   int reps = 5;
   std::vector<int> sizes{512, 2048, 4096, 8192};
+  std::vector<int> decode_sizes;
   for (int a = 1; a < argc; ++a) {
     const std::string s = argv[a];
-    if (s == "--out" && a + 1 < argc) {
+    if (s == "--decode" && a + 1 < argc) {  // decode steps only, over caches of these sizes
+      for (const char* p = argv[++a]; *p != '\0';) {
+        decode_sizes.push_back(std::atoi(p));
+        while (*p != '\0' && *p != ',') ++p;
+        if (*p == ',') ++p;
+      }
+    } else if (s == "--out" && a + 1 < argc) {
       out_path = argv[++a];
     } else if (s == "--reps" && a + 1 < argc) {
       reps = std::max(1, std::atoi(argv[++a]));
@@ -217,7 +265,8 @@ int main(int argc, char** argv) {
         if (*p == ',') ++p;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--out FILE] [--reps N] [--sizes 512,2048,...]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--out FILE] [--reps N] [--sizes 512,2048,...] [--decode 4096,16384,...]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -231,6 +280,11 @@ int main(int argc, char** argv) {
     recs.push_back(r);
   };
   for (int threads : {1, 2}) {
+    for (int n : decode_sizes) {
+      add(run_decode(n, threads, GGML_TYPE_F32, std::max(reps, 21), rng));
+      add(run_decode(n, threads, GGML_TYPE_F16, std::max(reps, 21), rng));
+    }
+    if (!decode_sizes.empty()) continue;
     for (int n : sizes) {
       const int r = n <= 4096 ? reps : std::max(1, reps / 2);
       for (bool causal : {false, true}) {
