@@ -695,7 +695,7 @@ BENCHMARK(softmax_simd)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(softmax_simd)->Args({16384, 0, 1})->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(softmax_simd_rope)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(softmax_decode)->ArgsProduct({{512, 4096, 16384}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(softmax_decode)->ArgsProduct({{512, 4096, 16384, 65536}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(softmax_decode_gqa)->ArgsProduct({{4096, 16384}, {0, 1, 2}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(softmax_simd_alibi)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(softmax_options_cost)
