@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: MIT
+// Multi-axis RoPE (interop/mrope.hpp): against a long-double loop written from Hugging Face's
+// construction (cos and sin of the full head_dim from cat(freqs, freqs), its chunks of
+// mrope_section·2 taking the axes in turn, then x·cos + rotate_half(x)·sin; Qwen3-VL's
+// interleaved frequencies), the multi-axis relative property, text rows as RoPE, and the errors.
+#include <doctest/doctest.h>
+
+#include <lrpe/lrpe.hpp>
+#include <lrpe/interop/mrope.hpp>
+
+#include <cmath>
+#include <span>
+#include <vector>
+
+namespace {
+
+using lrpe::index_t;
+using lrpe::position_t;
+using ld = long double;
+namespace li = lrpe::interop;
+
+/// HF's M-RoPE of one row, in long double: the axis of each of the head_dim entries of cos/sin.
+std::vector<index_t> hf_axes(index_t d, const std::vector<index_t>& sections, bool interleaved) {
+  std::vector<index_t> axis(static_cast<std::size_t>(d));
+  if (!interleaved) {  // chunks of sizes sections ++ sections, chunk c from axis c mod A
+    std::vector<index_t> chunks(sections);
+    chunks.insert(chunks.end(), sections.begin(), sections.end());
+    index_t at = 0;
+    for (std::size_t c = 0; c < chunks.size(); ++c)
+      for (index_t i = 0; i < chunks[c]; ++i) axis[static_cast<std::size_t>(at++)] = static_cast<index_t>(c % sections.size());
+  } else {  // freqs_t[..., offset : 3·section[offset] : 3] = freqs[offset] for offset 1, 2; cat(f, f)
+    for (index_t j = 0; j < d / 2; ++j) {
+      index_t a = 0;
+      for (index_t off = 1; off < static_cast<index_t>(sections.size()); ++off)
+        if (j % 3 == off && j < 3 * sections[static_cast<std::size_t>(off)]) a = off;
+      axis[static_cast<std::size_t>(j)] = axis[static_cast<std::size_t>(j + d / 2)] = a;
+    }
+  }
+  return axis;
+}
+
+/// (θ: the encoder's own, in double, whose products with positions up to 1e5 the library forms
+/// exactly; that θ is base^(−2j/d) to rounding is checked apart.)
+std::vector<ld> hf_row(const std::vector<ld>& x, const std::vector<position_t>& pos, const std::vector<double>& theta,
+                       const std::vector<index_t>& axis) {
+  const auto d = static_cast<index_t>(x.size());
+  std::vector<ld> out(x.size());
+  for (index_t i = 0; i < d; ++i) {
+    const index_t j = i % (d / 2);
+    const ld inv_freq = theta[static_cast<std::size_t>(j)];
+    const ld angle = ld(pos[static_cast<std::size_t>(axis[static_cast<std::size_t>(i)])]) * inv_freq;
+    const ld rot = i < d / 2 ? -x[static_cast<std::size_t>(i + d / 2)] : x[static_cast<std::size_t>(i - d / 2)];
+    out[static_cast<std::size_t>(i)] = x[static_cast<std::size_t>(i)] * std::cos(angle) + rot * std::sin(angle);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("multi_axis_rope: Qwen2-VL sections and Qwen3-VL interleaving, as HF builds them", T, float, double) {
+  struct config {
+    index_t d;
+    std::vector<index_t> sections;
+    bool interleaved;
+  };
+  lrpe::generator g(0x3D0'0001);
+  for (const config& c : {config{128, {16, 24, 24}, false}, config{128, {24, 20, 20}, true}, config{16, {2, 3, 3}, false},
+                          config{16, {4, 2, 2}, true}, config{12, {6}, false}, config{24, {3, 3, 3, 3}, false}}) {
+    CAPTURE(c.d);
+    CAPTURE(c.interleaved);
+    const li::multi_axis_rope<T> rope(c.d, 1e6, c.sections,
+                                      c.interleaved ? li::mrope_layout::interleaved : li::mrope_layout::sections);
+    const auto axes = static_cast<index_t>(c.sections.size());
+    const index_t n = 9;
+    lrpe::row_matrix<T> x(n, c.d), out(n, c.d);
+    std::vector<position_t> pos;
+    for (index_t i = 0; i < n; ++i) {
+      for (index_t j = 0; j < c.d; ++j) x(i, j) = static_cast<T>(2 * g.uniform01() - 1);
+      for (index_t a = 0; a < axes; ++a)  // small, large and negative coordinates
+        pos.push_back(i < 3 ? i * (a + 1) : (i < 6 ? 100000 + 37 * i - 11 * a : -5 * i + a));
+    }
+    rope.encode(lrpe::view(std::as_const(x)), li::axis_positions{pos, axes}, lrpe::view(out));
+    const auto axis = hf_axes(c.d, c.sections, c.interleaved);
+    double err = 0;
+    for (index_t i = 0; i < n; ++i) {
+      std::vector<ld> xi(static_cast<std::size_t>(c.d));
+      for (index_t j = 0; j < c.d; ++j) xi[static_cast<std::size_t>(j)] = x(i, j);
+      const std::vector<position_t> pi(pos.begin() + i * axes, pos.begin() + (i + 1) * axes);
+      const auto want = hf_row(xi, pi, rope.theta(), axis);
+      for (index_t j = 0; j < c.d; ++j)
+        err = std::max(err, static_cast<double>(std::abs(ld(out(i, j)) - want[static_cast<std::size_t>(j)])));
+    }
+    // angles up to 1e5 rad: the long-double reference's own rounding of pos·θ stays far below these
+    CHECK(err <= (std::is_same_v<T, float> ? 2e-6 : 1e-13));
+    // θ_j = base^(−2j/d), HF's inv_freq: to pow's rounding of the exponent −2j/d, in double
+    // (≤ ln(base)·2⁻⁵³ relative, 1.5e-15 at base 1e6) and of its result
+    for (index_t j = 0; j < c.d / 2; ++j) {
+      const ld want = std::pow(1e6L, -ld(2 * j) / ld(c.d));
+      CHECK(std::abs(ld(rope.theta()[static_cast<std::size_t>(j)]) - want) <= 2e-15L * want);
+    }
+    // the axis of each frequency, as HF assigns it (the first half of its cos/sin)
+    for (index_t j = 0; j < c.d / 2; ++j) CHECK(rope.axis_of(j) == axis[static_cast<std::size_t>(j)]);
+  }
+}
+
+TEST_CASE("multi_axis_rope: the relative property on every axis, and a text row is RoPE") {
+  const li::multi_axis_rope<double> rope(32, 1e4, {4, 6, 6});
+  for (const auto& [s, t] : {std::pair<std::vector<position_t>, std::vector<position_t>>{{0, 0, 0}, {5, 3, 9}},
+                             {{100, -7, 3}, {90, 12, 3}}, {{1000000, 2, 2}, {-1000000, 5, 1}}}) {
+    const auto r = lrpe::check::relative(rope, std::span<const position_t>(s), std::span<const position_t>(t));
+    CAPTURE(r.to_string());
+    CHECK(r.passed);
+  }
+  // a row whose coordinates are equal (a text token) is RoPE at that position
+  const lrpe::rope_neox<double> plain(32, 1e4);
+  lrpe::row_matrix<double> x = lrpe::row_matrix<double>::Random(5, 32), a(5, 32);
+  const std::vector<position_t> text{7, 7, 7, 8, 8, 8, 9, 9, 9, 10, 10, 10, 11, 11, 11};
+  rope.encode(lrpe::view(std::as_const(x)), li::axis_positions{text, 3}, lrpe::view(a));
+  const lrpe::row_matrix<double> b = plain.encode(x, lrpe::positions(7));
+  CHECK((a - b).cwiseAbs().maxCoeff() <= 1e-14);
+  // in place
+  rope.encode(lrpe::view(std::as_const(x)), li::axis_positions{text, 3}, lrpe::view(x));
+  CHECK((x - a).cwiseAbs().maxCoeff() == 0.0);
+  // the logits depend on coordinate differences only
+  const lrpe::row_matrix<double> q = lrpe::row_matrix<double>::Random(1, 32), k = lrpe::row_matrix<double>::Random(1, 32);
+  const auto logit = [&](std::vector<position_t> s, std::vector<position_t> t) {
+    lrpe::row_matrix<double> qe(1, 32), ke(1, 32);
+    rope.encode(lrpe::view(std::as_const(q)), li::axis_positions{s, 3}, lrpe::view(qe));
+    rope.encode(lrpe::view(std::as_const(k)), li::axis_positions{t, 3}, lrpe::view(ke));
+    return qe.row(0).dot(ke.row(0));
+  };
+  CHECK(std::abs(logit({3, 4, 5}, {10, 2, 9}) - logit({103, -96, 1005}, {110, -98, 1009})) <= 1e-12);
+  CHECK(std::abs(logit({3, 4, 5}, {10, 2, 9}) - logit({3, 4, 5}, {10, 3, 9})) > 1e-3);
+}
+
+TEST_CASE("multi_axis_rope: bad arguments are errors naming them") {
+  CHECK_THROWS_AS(li::multi_axis_rope<double>(15, 1e4, {3, 2, 2}), lrpe::parameter_error);
+  CHECK_THROWS_AS(li::multi_axis_rope<double>(16, 1e4, {3, 2, 2}), lrpe::parameter_error);   // sums to 7, not 8
+  CHECK_THROWS_AS(li::multi_axis_rope<double>(16, 1e4, {}), lrpe::parameter_error);
+  CHECK_THROWS_AS(li::multi_axis_rope<double>(16, 1e4, {2, 2, 2, 1, 1}), lrpe::parameter_error);
+  CHECK_THROWS_AS(li::multi_axis_rope<double>(16, 1e4, {9, -1}), lrpe::parameter_error);
+  const li::multi_axis_rope<double> rope(8, 1e4, {2, 1, 1});
+  lrpe::row_matrix<double> x = lrpe::row_matrix<double>::Zero(2, 8), out(2, 8);
+  const std::vector<position_t> five{1, 2, 3, 4, 5};
+  CHECK_THROWS_AS(rope.encode(lrpe::view(std::as_const(x)), li::axis_positions{five, 3}, lrpe::view(out)),
+                  lrpe::shape_error);
+  const std::vector<position_t> six{1, 2, 3, 4, 5, 6};
+  CHECK_THROWS_AS(rope.encode(lrpe::view(std::as_const(x)), li::axis_positions{six, 2}, lrpe::view(out)),
+                  lrpe::shape_error);
+}
