@@ -148,3 +148,37 @@ TEST_CASE("multi_axis_rope: bad arguments are errors naming them") {
   CHECK_THROWS_AS(rope.encode(lrpe::view(std::as_const(x)), li::axis_positions{six, 2}, lrpe::view(out)),
                   lrpe::shape_error);
 }
+
+TEST_CASE("mrope_position_ids: Qwen2-VL's and Qwen2.5-VL's get_rope_index (transformers 5.24)") {
+  using seg = li::mrope_segment;
+  // 2 text tokens, a 4×4-patch image (2×2 after the 2×2 merge), 3 text tokens
+  const std::vector<seg> a{{seg::kind::text, 2}, {seg::kind::image, 0, 1, 4, 4}, {seg::kind::text, 3}};
+  const std::vector<position_t> want_a{0, 0, 0,  1, 1, 1,                                  // text
+                                       2, 2, 2,  2, 2, 3,  2, 3, 2,  2, 3, 3,              // image rows
+                                       4, 4, 4,  5, 5, 5,  6, 6, 6};                        // p = 2 + max(4, 4)/2
+  CHECK(li::mrope_position_ids(a) == want_a);
+  // HF's docstring grid: 3 temporal patches of 2×2 (merged), interval 50 (25 tokens/s, 2 frames a patch, fps 1)
+  const std::vector<seg> b{{seg::kind::video, 0, 3, 4, 4, 50.0}, {seg::kind::text, 1}};
+  const auto ids = li::mrope_position_ids(b);
+  REQUIRE(ids.size() == 3 * 13);
+  const position_t t_want[] = {0, 0, 0, 0, 50, 50, 50, 50, 100, 100, 100, 100, 2};
+  const position_t h_want[] = {0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 2};
+  const position_t w_want[] = {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2};
+  for (std::size_t i = 0; i < 13; ++i) {
+    CAPTURE(i);
+    CHECK(ids[3 * i] == t_want[i]);
+    CHECK(ids[3 * i + 1] == h_want[i]);
+    CHECK(ids[3 * i + 2] == w_want[i]);
+  }
+  // an image's time does not scale; a fractional interval truncates; a start offset
+  const std::vector<seg> c{{seg::kind::image, 0, 2, 2, 6, 9.0}, {seg::kind::video, 0, 3, 2, 2, 0.5}};
+  const auto ids_c = li::mrope_position_ids(c, 2, 10);
+  const std::vector<position_t> want_c{10, 10, 10, 10, 10, 11, 10, 10, 12,   // image T = 2: times 10, 11
+                                       11, 10, 10, 11, 10, 11, 11, 10, 12,
+                                       13, 13, 13, 13, 13, 13, 14, 13, 13};  // p = 10 + 3; times ⌊0, 0.5, 1⌋
+  CHECK(ids_c == want_c);
+  CHECK_THROWS_AS(li::mrope_position_ids(std::vector<seg>{{seg::kind::image, 0, 1, 1, 4}}), lrpe::parameter_error);
+  CHECK_THROWS_AS(li::mrope_position_ids(std::vector<seg>{{seg::kind::text, -1}}), lrpe::parameter_error);
+  CHECK_THROWS_AS(li::mrope_position_ids(std::vector<seg>{{seg::kind::video, 0, 1, 2, 2, -1.0}}), lrpe::parameter_error);
+  CHECK_THROWS_AS(li::mrope_position_ids(a, 0), lrpe::parameter_error);
+}

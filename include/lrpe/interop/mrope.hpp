@@ -27,6 +27,8 @@
 #include <lrpe/lambda/rotation.hpp>
 #include <lrpe/p/identity.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <numeric>
 #include <span>
@@ -190,6 +192,59 @@ class multi_axis_rope {
   std::vector<index_t> axis_;
   std::vector<axis_encoder> encoders_;
 };
+
+/// One run of a multimodal sequence: text tokens, or an image's or a video's patch grid.
+struct mrope_segment {
+  enum class kind { text, image, video };
+  kind type = kind::text;
+  index_t tokens = 0;  ///< text: the run's length
+  index_t grid_t = 1, grid_h = 0, grid_w = 0;  ///< image, video: HF's `image_grid_thw` / `video_grid_thw` row (patches)
+  double time_interval = 1.0;  ///< video: temporal spacing (Qwen2.5-VL: tokens_per_second · second_per_grid_t); 1 otherwise
+};
+
+/**
+ * The (t, h, w) rotary coordinates of a text + image + video sequence, as Qwen2-VL's and
+ * Qwen2.5-VL's `get_rope_index` gives them in transformers 5.24: a text run counts on from the
+ * current position p on every axis (p, p + 1, …); a vision block of llm grid (T, H/m, W/m) (m
+ * = spatial_merge_size) gives its tokens, time-major then row-major, (p + ⌊t·interval⌋, p + h,
+ * p + w), and then p advances by ⌊max(H, W)/m⌋. (Earlier transformers advanced p to the block's
+ * largest coordinate + 1, which differs after a video whose scaled time runs past its height and
+ * width.) Images take interval 1.
+ * @returns rows × 3 coordinates, row-major (`axis_positions{ids, 3}`); rows = the text tokens
+ *          plus T·⌊H/m⌋·⌊W/m⌋ per block.
+ * @throws parameter_error (a negative text length, a vision grid with T < 1 or H/m, W/m < 1, a
+ *         time interval that is negative or not finite, spatial_merge_size < 1).
+ */
+inline std::vector<position_t> mrope_position_ids(std::span<const mrope_segment> segments,
+                                                  index_t spatial_merge_size = 2, position_t start = 0) {
+  constexpr const char* where = "lrpe::interop::mrope_position_ids";
+  lrpe::detail::require_parameter(spatial_merge_size >= 1, where, "spatial_merge_size", "must be >= 1",
+                                  spatial_merge_size);
+  std::vector<position_t> ids;
+  position_t p = start;
+  for (const mrope_segment& seg : segments) {
+    if (seg.type == mrope_segment::kind::text) {
+      lrpe::detail::require_parameter(seg.tokens >= 0, where, "segments[i].tokens", "must be >= 0", seg.tokens);
+      for (index_t i = 0; i < seg.tokens; ++i) ids.insert(ids.end(), {p + i, p + i, p + i});
+      p += seg.tokens;
+      continue;
+    }
+    const index_t gt = seg.grid_t, gh = seg.grid_h / spatial_merge_size, gw = seg.grid_w / spatial_merge_size;
+    lrpe::detail::require_parameter(gt >= 1 && gh >= 1 && gw >= 1, where, "segments[i].grid_thw",
+                                    "must give T >= 1 and H, W >= spatial_merge_size",
+                                    lrpe::detail::lazy_concat(seg.grid_t, "x", seg.grid_h, "x", seg.grid_w));
+    const double interval = seg.type == mrope_segment::kind::video ? seg.time_interval : 1.0;
+    lrpe::detail::require_parameter(std::isfinite(interval) && interval >= 0, where, "segments[i].time_interval",
+                                    "must be finite and >= 0", interval);
+    for (index_t t = 0; t < gt; ++t) {
+      const auto time = p + static_cast<position_t>(static_cast<double>(t) * interval);  // HF's .long(): truncation
+      for (index_t h = 0; h < gh; ++h)
+        for (index_t w = 0; w < gw; ++w) ids.insert(ids.end(), {time, p + h, p + w});
+    }
+    p += std::max(seg.grid_h, seg.grid_w) / spatial_merge_size;
+  }
+  return ids;
+}
 
 }  // namespace interop
 
