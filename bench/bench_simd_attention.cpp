@@ -422,6 +422,26 @@ void softmax_decode_split(benchmark::State& state) {
   if (anchor > 0) state.counters["frac_copy"] = kv_bytes / per_call * 1e-9 / anchor;
 }
 
+/// A decode step's K and V for 8 KV heads (d = 128): RoPE on the keys and both written into a
+/// cache of 4096 rows at n_past (`lrpe::append_kv`, SIMD encoder).
+void append_kv_step(benchmark::State& state) {
+  constexpr index_t kv_heads = 8, dk = 128, capacity = 4096;
+  std::vector<T> kn(kv_heads * dk, T(0.5)), vn(kv_heads * dk, T(0.25));
+  std::vector<T> kc(static_cast<std::size_t>(kv_heads * capacity * dk)), vc(kc.size());
+  const lrpe::rope_neox<T> rope(dk, 5e5);
+  const auto k_new = lrpe::bnsh(static_cast<const T*>(kn.data()), 1, kv_heads, 1, dk);
+  const auto v_new = lrpe::bnsh(static_cast<const T*>(vn.data()), 1, kv_heads, 1, dk);
+  const auto k_cache = lrpe::bnsh(kc.data(), 1, kv_heads, capacity, dk);
+  const auto v_cache = lrpe::bnsh(vc.data(), 1, kv_heads, capacity, dk);
+  index_t n_past = 1000;
+  for (auto _ : state) {
+    if (state.range(0) != 0) lrpe::append_kv(k_new, v_new, k_cache, v_cache, n_past, rope, std::nullopt, lrpe::backend::simd<>{});
+    else lrpe::append_kv(k_new, v_new, k_cache, v_cache, n_past, rope);
+    n_past = n_past == capacity - 1 ? 1000 : n_past + 1;
+    benchmark::ClobberMemory();
+  }
+}
+
 void softmax_decode(benchmark::State& state) {
   const index_t n = state.range(0);
   const bool simd = state.range(1) != 0;
@@ -705,6 +725,7 @@ BENCHMARK(softmax_options_cost)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(softmax_decode_split)->ArgsProduct({{16384, 65536, 262144}, {1, 2}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(append_kv_step)->Arg(0)->Arg(1)->Unit(benchmark::kNanosecond);
 BENCHMARK(softmax_decode_window)->ArgsProduct({{32768}, {0, 4096}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(softmax_backward)->ArgsProduct({{512, 2048, 4096}, {0, 1}, {1}})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(softmax_backward)->ArgsProduct({{512}, {0, 1}, {0}})->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -177,6 +177,13 @@ TEST_CASE("mrope_position_ids: Qwen2-VL's and Qwen2.5-VL's get_rope_index (trans
                                        11, 10, 10, 11, 10, 11, 11, 10, 12,
                                        13, 13, 13, 13, 13, 13, 14, 13, 13};  // p = 10 + 3; times ⌊0, 0.5, 1⌋
   CHECK(ids_c == want_c);
+  // fps 3 (second_per_grid_t = 2/3): HF's float32 interval 25·f32(2/3); at t = 3 the product is
+  // 50.000004 in float32 (HF: 50), 49.99… in double
+  const float interval = 25.0f * static_cast<float>(2.0 / 3.0);
+  const auto ids_d = li::mrope_position_ids(std::vector<seg>{{seg::kind::video, 0, 4, 2, 2, static_cast<double>(interval)}});
+  REQUIRE(ids_d.size() == 12);
+  CHECK(ids_d[9] == 50);
+  CHECK(ids_d[6] == 33);
   CHECK_THROWS_AS(li::mrope_position_ids(std::vector<seg>{{seg::kind::image, 0, 1, 1, 4}}), lrpe::parameter_error);
   CHECK_THROWS_AS(li::mrope_position_ids(std::vector<seg>{{seg::kind::text, -1}}), lrpe::parameter_error);
   CHECK_THROWS_AS(li::mrope_position_ids(std::vector<seg>{{seg::kind::video, 0, 1, 2, 2, -1.0}}), lrpe::parameter_error);

@@ -192,8 +192,9 @@ TEST_CASE_TEMPLATE("attention options: reference and SIMD softmax against the de
   lrpe::generator g(0x0B710'0002);
   const lrpe::canonical::alibi<T> alibi(d, std::vector<double>{0.25});
   const lrpe::rope_neox<T> rope(d, 100.0);
-  for (const auto& [nq, nk] : {std::pair<index_t, index_t>{1, 300}, {3, 40}, {70, 70}, {150, 150}, {20, 150}})
+  for (const auto& size : {std::pair<index_t, index_t>{1, 300}, {3, 40}, {70, 70}, {150, 150}, {20, 150}})
     for (const bool arrays : {false, true}) {
+      const index_t nq = size.first, nk = size.second;  // (not a structured binding: CAPTURE's lambda reads them)
       const rm<T> q = random_matrix<T>(g, nq, d, 1.5), k = random_matrix<T>(g, nk, d, 1.5);
       const rm<T> v = random_matrix<T>(g, nk, dv);
       const auto kp = make_positions(nk, -37, arrays, 7);
@@ -479,10 +480,11 @@ TEST_CASE_TEMPLATE("split-KV decode on a pool equals one thread's, with every op
   lrpe::generator g(0x0B710'0008);
   for (const int threads : {2, 3}) {
     lrpe::backend::simd_threads pool(threads);
-    for (const auto& [nq, nk] : {std::pair<index_t, index_t>{1, 5000}, {3, 2600}, {8, 7000}, {1, 900}})
+    for (const auto& size : {std::pair<index_t, index_t>{1, 5000}, {3, 2600}, {8, 7000}, {1, 900}})
       for (const bool arrays : {false, true})
         for (const engine& e : {engine{}, engine{true, 0, 0, 0, no_sink}, engine{true, 3000, 0, 3.0, 1.5},
                                 engine{false, 0, 2048, 0, -0.5}, engine{true, 0, 0, 0, 40.0}}) {
+          const index_t nq = size.first, nk = size.second;
           CAPTURE(threads);
           CAPTURE(nq);
           CAPTURE(nk);
@@ -506,4 +508,52 @@ TEST_CASE_TEMPLATE("split-KV decode on a pool equals one thread's, with every op
           }
         }
   }
+}
+
+TEST_CASE_TEMPLATE("append_kv: RoPE'd keys and values into a cache at n_past, one pass, any layout", T, float, double) {
+  const index_t batch = 2, heads = 3, d = 16, dv = 8, capacity = 20, m = 3, n_past = 11;
+  lrpe::generator g(0x0B710'0009);
+  const lrpe::rope_neox<T> rope(d, 1e4);
+  const rm<T> kn = random_matrix<T>(g, batch * heads * m, d), vn = random_matrix<T>(g, batch * heads * m, dv);
+  const auto k_new = lrpe::bnsh(kn.data(), batch, heads, m, d);
+  const auto v_new = lrpe::bnsh(vn.data(), batch, heads, m, dv);
+  for (const bool simd : {false, true}) {
+    for (const bool bsnh : {false, true}) {
+      CAPTURE(simd);
+      CAPTURE(bsnh);
+      rm<T> kc = rm<T>::Constant(batch * heads * capacity, d, T(7)), vc = rm<T>::Constant(batch * heads * capacity, dv, T(7));
+      const auto k_cache = bsnh ? lrpe::bsnh(kc.data(), batch, capacity, heads, d) : lrpe::bnsh(kc.data(), batch, heads, capacity, d);
+      const auto v_cache = bsnh ? lrpe::bsnh(vc.data(), batch, capacity, heads, dv) : lrpe::bnsh(vc.data(), batch, heads, capacity, dv);
+      if (simd) lrpe::append_kv(k_new, v_new, k_cache, v_cache, n_past, rope, std::nullopt, lrpe::backend::simd<>{});
+      else lrpe::append_kv(k_new, v_new, k_cache, v_cache, n_past, rope);
+      for (index_t b = 0; b < batch; ++b)
+        for (index_t h = 0; h < heads; ++h) {
+          const rm<T> rows_in = Eigen::Map<const rm<T>>(k_new.head(b, h).data, m, d);
+          const rm<T> want = rope.encode(rows_in, lrpe::positions(n_past));
+          const auto kh = k_cache.head(b, h), vh = v_cache.head(b, h);
+          for (index_t i = 0; i < capacity; ++i) {
+            const bool written = i >= n_past && i < n_past + m;
+            for (index_t j = 0; j < d; ++j) {
+              const T got = kh.row(i)[j];
+              if (written) CHECK(std::abs(got - want(i - n_past, j)) <= kernel_vs_kernel<T>());
+              else CHECK(got == T(7));  // the rest of the cache untouched
+            }
+            for (index_t j = 0; j < dv; ++j) CHECK(vh.row(i)[j] == (written ? v_new.head(b, h).row(i - n_past)[j] : T(7)));
+          }
+        }
+    }
+  }
+  // errors: the cache too small, n_past negative, a width that is not the encoder's
+  rm<T> kc(batch * heads * capacity, d), vc(batch * heads * capacity, dv);
+  const auto k_cache = lrpe::bnsh(kc.data(), batch, heads, capacity, d);
+  const auto v_cache = lrpe::bnsh(vc.data(), batch, heads, capacity, dv);
+  CHECK_THROWS_AS(lrpe::append_kv(k_new, v_new, k_cache, v_cache, capacity - m + 1, rope), lrpe::shape_error);
+  CHECK_THROWS_AS(lrpe::append_kv(k_new, v_new, k_cache, v_cache, -1, rope), lrpe::parameter_error);
+  CHECK_THROWS_AS(lrpe::append_kv(k_new, v_new, v_cache, v_cache, 0, lrpe::no_encoding{}), lrpe::shape_error);
+  // without an encoding: the keys copied as they are
+  lrpe::append_kv(k_new, v_new, k_cache, v_cache, 4, lrpe::no_encoding{});
+  CHECK(k_cache.head(1, 2).row(4 + m - 1)[d - 1] == k_new.head(1, 2).row(m - 1)[d - 1]);
+  const std::vector<position_t> two{5, 6};
+  CHECK_THROWS_AS(lrpe::append_kv(k_new, v_new, k_cache, v_cache, 0, rope, lrpe::positions(std::span<const position_t>(two))),
+                  lrpe::shape_error);
 }

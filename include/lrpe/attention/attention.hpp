@@ -8,6 +8,7 @@
 #pragma once
 
 #include <lrpe/attention/feature_map.hpp>
+#include <lrpe/attention/kv_cache.hpp>
 #include <lrpe/attention/linear.hpp>
 #include <lrpe/attention/linear_backward.hpp>
 #include <lrpe/attention/merge.hpp>

@@ -199,7 +199,9 @@ struct mrope_segment {
   kind type = kind::text;
   index_t tokens = 0;  ///< text: the run's length
   index_t grid_t = 1, grid_h = 0, grid_w = 0;  ///< image, video: HF's `image_grid_thw` / `video_grid_thw` row (patches)
-  double time_interval = 1.0;  ///< video: temporal spacing (Qwen2.5-VL: tokens_per_second · second_per_grid_t); 1 otherwise
+  /// video: the temporal spacing, as HF forms it in float32 for Qwen2.5-VL
+  /// (float(tokens_per_second · float(second_per_grid_t))); 1 otherwise
+  double time_interval = 1.0;
 };
 
 /**
@@ -207,7 +209,8 @@ struct mrope_segment {
  * Qwen2.5-VL's `get_rope_index` gives them in transformers 5.24: a text run counts on from the
  * current position p on every axis (p, p + 1, …); a vision block of llm grid (T, H/m, W/m) (m
  * = spatial_merge_size) gives its tokens, time-major then row-major, (p + ⌊t·interval⌋, p + h,
- * p + w), and then p advances by ⌊max(H, W)/m⌋. (Earlier transformers advanced p to the block's
+ * p + w) (the product t·interval in float32, as HF forms it), and then p advances by
+ * ⌊max(H, W)/m⌋. (Earlier transformers advanced p to the block's
  * largest coordinate + 1, which differs after a video whose scaled time runs past its height and
  * width.) Images take interval 1.
  * @returns rows × 3 coordinates, row-major (`axis_positions{ids, 3}`); rows = the text tokens
@@ -237,7 +240,9 @@ inline std::vector<position_t> mrope_position_ids(std::span<const mrope_segment>
     lrpe::detail::require_parameter(std::isfinite(interval) && interval >= 0, where, "segments[i].time_interval",
                                     "must be finite and >= 0", interval);
     for (index_t t = 0; t < gt; ++t) {
-      const auto time = p + static_cast<position_t>(static_cast<double>(t) * interval);  // HF's .long(): truncation
+      // HF's float32 product, then .long() (truncation): in double, t·interval may round to the
+      // other side of an integer (2/3 · 75 is 49.99…) and the coordinate differ by one
+      const auto time = p + static_cast<position_t>(static_cast<float>(t) * static_cast<float>(interval));
       for (index_t h = 0; h < gh; ++h)
         for (index_t w = 0; w < gw; ++w) ids.insert(ids.end(), {time, p + h, p + w});
     }

@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: MIT
+/**
+ * @file kv_cache.hpp
+ * `lrpe::append_kv`: a decode step's new keys and values into a KV cache, the keys encoded on the
+ * way (RoPE or any `lrpe::encoder`) and written straight into the cache's rows, in one pass over
+ * the new rows: no encoded copy in between.
+ */
+#pragma once
+
+#include <lrpe/attention/backend_interface.hpp>
+#include <lrpe/attention/options.hpp>
+#include <lrpe/core/error.hpp>
+#include <lrpe/core/heads.hpp>
+
+#include <algorithm>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+namespace lrpe {
+inline namespace v0 {
+
+/**
+ * Appends m new tokens to a cache that holds n_past: for every (batch, head), the rows of `k_new`
+ * encoded at positions `pos` (default: n_past, n_past + 1, …) into rows n_past … n_past + m − 1
+ * of `k_cache`, and `v_new`'s rows copied into the same rows of `v_cache`.
+ *
+ * @param k_new, v_new     batch × heads × m × d (d_v): the step's projected keys and values.
+ * @param k_cache, v_cache batch × heads × capacity × d (d_v), any layout (`bnsh`, `bsnh`).
+ * @param n_past           rows already in the cache; n_past + m ≤ capacity.
+ * @param encoding         `no_encoding{}` (keys copied) or an `lrpe::encoder` (RoPE: `rope_neox`, …)
+ *                         whose feature width equals the cache's d.
+ * @param pos              the new rows' positions: an offset or m entries; empty (the default) means
+ *                         n_past (a cache that evicted rows passes the true positions).
+ * @param backend          runs the encoding (`lrpe::encode`): the reference, or `backend::simd<>`.
+ * @throws shape_error (batch, heads or widths differ, pos's count, the cache too small),
+ *         parameter_error (n_past < 0).
+ */
+template <class T, class Encoding, class Backend = backend::reference>
+void append_kv(const heads_view<const T>& k_new, const heads_view<const T>& v_new, const heads_view<T>& k_cache,
+               const heads_view<T>& v_cache, index_t n_past, const Encoding& encoding,
+               std::optional<positions> pos = std::nullopt, Backend backend = {}) {
+  constexpr const char* where = "lrpe::append_kv";
+  detail::validate_heads(k_new, where, "k_new");
+  detail::validate_heads(v_new, where, "v_new");
+  detail::validate_heads(k_cache, where, "k_cache");
+  detail::validate_heads(v_cache, where, "v_cache");
+  detail::require_parameter(n_past >= 0, where, "n_past", "must be >= 0", n_past);
+  for (const auto& [x, name] : {std::pair{detail::as_const_heads(v_new), "v_new"},
+                                std::pair{detail::as_const_heads(k_cache), "k_cache"},
+                                std::pair{detail::as_const_heads(v_cache), "v_cache"}}) {
+    detail::require_shape(x.batch == k_new.batch && x.heads == k_new.heads, where, name,
+                          detail::lazy_concat("must have batch x heads = ", k_new.batch, "x", k_new.heads),
+                          detail::lazy_concat(x.batch, "x", x.heads));
+  }
+  const index_t m = k_new.seq;
+  detail::require_equal(v_new.seq, m, where, "v_new.seq", "k_new.seq");
+  detail::require_equal(v_new.dim, v_cache.dim, where, "v_new.dim", "v_cache.dim");
+  detail::require_equal(v_cache.seq, k_cache.seq, where, "v_cache.seq", "k_cache.seq");
+  detail::require_shape(n_past <= k_cache.seq - m, where, "n_past",
+                        detail::lazy_concat("must leave room for k_new.seq = ", m, " rows in the cache's ",
+                                            k_cache.seq),
+                        n_past);
+  if constexpr (std::is_same_v<Encoding, no_encoding>) {
+    detail::require_equal(k_new.dim, k_cache.dim, where, "k_new.dim", "k_cache.dim");
+  } else {
+    static_assert(lrpe_encoder<Encoding>, "lrpe::append_kv: the encoding must be lrpe::no_encoding or an lrpe::encoder");
+    static_assert(std::is_same_v<typename Encoding::scalar, T>, "lrpe::append_kv: the encoder's scalar must be T");
+    detail::require_equal(k_new.dim, static_cast<index_t>(encoding.dim()), where, "k_new.dim", "encoding.dim()");
+    detail::require_equal(k_cache.dim, static_cast<index_t>(encoding.feature_dim()), where, "k_cache.dim",
+                          "encoding.feature_dim()");
+  }
+  const positions at = pos.value_or(positions(n_past));
+  at.require_rows(m, where, "pos");
+  if (m == 0) return;
+  const auto rows = [&](const auto& cache, index_t b, index_t h) {
+    const auto all = cache.head(b, h);
+    return decltype(all)(all.row(n_past), m, all.cols, all.row_stride);
+  };
+  for (index_t b = 0; b < k_new.batch; ++b) {
+    for (index_t h = 0; h < k_new.heads; ++h) {
+      const auto k_out = rows(k_cache, b, h), v_out = rows(v_cache, b, h);
+      const auto k_in = k_new.head(b, h), v_in = v_new.head(b, h);
+      if constexpr (std::is_same_v<Encoding, no_encoding>) {
+        for (index_t i = 0; i < m; ++i) std::copy(k_in.row(i), k_in.row(i) + k_in.cols, k_out.row(i));
+      } else {
+        encode(backend, encoding, k_in, at, k_out);
+      }
+      for (index_t i = 0; i < m; ++i) std::copy(v_in.row(i), v_in.row(i) + v_in.cols, v_out.row(i));
+    }
+  }
+}
+
+}  // namespace v0
+}  // namespace lrpe
