@@ -553,6 +553,21 @@ TEST_CASE_TEMPLATE("append_kv: RoPE'd keys and values into a cache at n_past, on
   // without an encoding: the keys copied as they are
   lrpe::append_kv(k_new, v_new, k_cache, v_cache, 4, lrpe::no_encoding{});
   CHECK(k_cache.head(1, 2).row(4 + m - 1)[d - 1] == k_new.head(1, 2).row(m - 1)[d - 1]);
+  // another encoder (the generic path, through lrpe::encode): Type 1, features 2d wide, at positions of its own
+  const lrpe::type1<T> t1(d);
+  const index_t f = t1.feature_dim();
+  rm<T> kf(batch * heads * capacity, f);
+  const auto kf_cache = lrpe::bnsh(kf.data(), batch, heads, capacity, f);
+  const std::vector<position_t> at{100, 7, -3};
+  for (const bool simd : {false, true}) {
+    if (simd) lrpe::append_kv(k_new, v_new, kf_cache, v_cache, 2, t1, lrpe::positions(std::span<const position_t>(at)),
+                              lrpe::backend::simd<>{});
+    else lrpe::append_kv(k_new, v_new, kf_cache, v_cache, 2, t1, lrpe::positions(std::span<const position_t>(at)));
+    const rm<T> rows_in = Eigen::Map<const rm<T>>(k_new.head(1, 1).data, m, d);
+    const rm<T> want = t1.encode(rows_in, lrpe::positions(std::span<const position_t>(at)));
+    const rm<T> got = Eigen::Map<const rm<T>>(kf_cache.head(1, 1).row(2), m, f);
+    CHECK(simd_attention_test::diff(got, want) <= kernel_vs_kernel<T>());
+  }
   const std::vector<position_t> two{5, 6};
   CHECK_THROWS_AS(lrpe::append_kv(k_new, v_new, k_cache, v_cache, 0, rope, lrpe::positions(std::span<const position_t>(two))),
                   lrpe::shape_error);

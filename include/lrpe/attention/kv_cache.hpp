@@ -11,6 +11,11 @@
 #include <lrpe/attention/options.hpp>
 #include <lrpe/core/error.hpp>
 #include <lrpe/core/heads.hpp>
+#include <lrpe/detail/angle.hpp>
+#include <lrpe/detail/small_buffer.hpp>
+#include <lrpe/encoder.hpp>
+#include <lrpe/lambda/rotation.hpp>
+#include <lrpe/p/identity.hpp>
 
 #include <algorithm>
 #include <optional>
@@ -33,6 +38,10 @@ inline namespace v0 {
  * @param pos              the new rows' positions: an offset or m entries; empty (the default) means
  *                         n_past (a cache that evicted rows passes the true positions).
  * @param backend          runs the encoding (`lrpe::encode`): the reference, or `backend::simd<>`.
+ *                         RoPE and its family (`encoder<p::identity, lambda::rotation>`: `rope_neox`,
+ *                         `rope_gptj`, `hf_rope::make_encoder`) take a path of their own on every
+ *                         backend: each new token's cos and sin formed once, for all heads, as
+ *                         `lambda::rotation::apply` forms them (the same result as its encode).
  * @throws shape_error (batch, heads or widths differ, pos's count, the cache too small),
  *         parameter_error (n_past < 0).
  */
@@ -77,6 +86,36 @@ void append_kv(const heads_view<const T>& k_new, const heads_view<const T>& v_ne
     const auto all = cache.head(b, h);
     return decltype(all)(all.row(n_past), m, all.cols, all.row_stride);
   };
+  if constexpr (std::is_base_of_v<encoder<p::identity<T>, lambda::rotation<T>>, Encoding>) {
+    // RoPE and its family: every head's row i turns by the same angles, cos and sin of token i
+    // formed once (as lambda::rotation::apply forms them) and applied to all heads
+    const lambda::rotation<T>& rot = encoding.lambda();
+    const auto half = static_cast<index_t>(rot.frequencies().size());
+    detail::small_buffer<T> c(half), sn(half);
+    for (index_t i = 0; i < m; ++i) {
+      for (index_t j = 0; j < half; ++j) {
+        const auto [cj, sj] = detail::angle_cos_sin(at[i], rot.frequencies()[static_cast<std::size_t>(j)]);
+        c[j] = static_cast<T>(cj);
+        sn[j] = static_cast<T>(sj);
+      }
+      for (index_t b = 0; b < k_new.batch; ++b) {
+        for (index_t h = 0; h < k_new.heads; ++h) {
+          const T* x = k_new.head(b, h).row(i);
+          T* y = k_cache.head(b, h).row(n_past + i);
+          for (index_t j = 0; j < half; ++j) {
+            const auto [u, w] = rot.pair(j);
+            const T a = x[u], bb = x[w];
+            y[u] = a * c[j] - bb * sn[j];
+            y[w] = bb * c[j] + a * sn[j];
+          }
+          std::copy(x + 2 * half, x + k_new.dim, y + 2 * half);
+          const auto v_in = v_new.head(b, h);
+          std::copy(v_in.row(i), v_in.row(i) + v_in.cols, v_cache.head(b, h).row(n_past + i));
+        }
+      }
+    }
+    return;
+  }
   for (index_t b = 0; b < k_new.batch; ++b) {
     for (index_t h = 0; h < k_new.heads; ++h) {
       const auto k_out = rows(k_cache, b, h), v_out = rows(v_cache, b, h);
