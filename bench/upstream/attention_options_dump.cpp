@@ -15,6 +15,8 @@
 // Output: {"name": [out [batch][heads][seq_q][dv], flattened], ...}
 #include <lrpe/lrpe.hpp>
 
+#include "text_reader.hpp"
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -24,31 +26,6 @@
 #include <vector>
 
 namespace {
-
-struct reader {
-  std::ifstream in;
-  explicit reader(const char* path) : in(path) {
-    if (!in) throw std::runtime_error(std::string("cannot open ") + path);
-  }
-  std::string word() {
-    std::string w;
-    if (!(in >> w)) throw std::runtime_error("unexpected end of input");
-    return w;
-  }
-  double number() {
-    const std::string w = word();
-    char* end = nullptr;
-    const double x = std::strtod(w.c_str(), &end);
-    if (end != w.c_str() + w.size()) throw std::runtime_error("not a number: " + w);
-    return x;
-  }
-  long integer() { return std::stol(word()); }
-  std::vector<double> numbers(long n) {
-    std::vector<double> x(static_cast<std::size_t>(n));
-    for (auto& e : x) e = number();
-    return x;
-  }
-};
 
 template <class Encoding>
 void run(const Encoding& encoding, const lrpe::softmax_options<>& o, std::vector<double>& q,
@@ -69,13 +46,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    reader r(argv[1]);
-    const long cases = r.integer();
+    upstream::text_reader r(argv[1]);
+    const long cases = static_cast<long>(r.integer());
     std::printf("{\n");
     for (long c = 0; c < cases; ++c) {
       const std::string name = r.word();
-      const long batch = r.integer(), heads = r.integer(), kv_heads = r.integer();
-      const long seq_q = r.integer(), seq_k = r.integer(), d = r.integer(), dv = r.integer();
+      const long batch = static_cast<long>(r.integer()), heads = static_cast<long>(r.integer()),
+                 kv_heads = static_cast<long>(r.integer());
+      const long seq_q = static_cast<long>(r.integer()), seq_k = static_cast<long>(r.integer()),
+                 d = static_cast<long>(r.integer()), dv = static_cast<long>(r.integer());
       lrpe::softmax_options<> o;
       o.causal = r.integer() != 0;
       o.window = r.integer();

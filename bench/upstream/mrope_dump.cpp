@@ -14,6 +14,8 @@
 #include <lrpe/lrpe.hpp>
 #include <lrpe/interop/mrope.hpp>
 
+#include "text_reader.hpp"
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -22,36 +24,6 @@
 #include <utility>
 #include <vector>
 
-namespace {
-
-struct reader {
-  std::ifstream in;
-  explicit reader(const char* path) : in(path) {
-    if (!in) throw std::runtime_error(std::string("cannot open ") + path);
-  }
-  std::string word() {
-    std::string w;
-    if (!(in >> w)) throw std::runtime_error("unexpected end of input");
-    return w;
-  }
-  double number() {
-    const std::string w = word();
-    char* end = nullptr;
-    const double x = std::strtod(w.c_str(), &end);
-    if (end != w.c_str() + w.size()) throw std::runtime_error("not a number: " + w);
-    return x;
-  }
-  long long integer() {
-    const std::string w = word();
-    std::size_t used = 0;
-    const long long x = std::stoll(w, &used);
-    if (used != w.size()) throw std::runtime_error("not an integer: " + w);
-    return x;
-  }
-};
-
-}  // namespace
-
 int main(int argc, char** argv) {
   namespace li = lrpe::interop;
   if (argc != 2) {
@@ -59,7 +31,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    reader r(argv[1]);
+    upstream::text_reader r(argv[1]);
     const long long cases = r.integer();
     std::printf("{\n");
     for (long long c = 0; c < cases; ++c) {

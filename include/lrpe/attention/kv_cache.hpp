@@ -25,6 +25,16 @@
 namespace lrpe {
 inline namespace v0 {
 
+namespace detail {
+
+/// Rows [r0, r0 + m) of a view.
+template <class S>
+matrix_view<S> row_block(const matrix_view<S>& all, index_t r0, index_t m) noexcept {
+  return matrix_view<S>(all.row(r0), m, all.cols, all.row_stride);
+}
+
+}  // namespace detail
+
 /**
  * Appends m new tokens to a cache that holds n_past: for every (batch, head), the rows of `k_new`
  * encoded at positions `pos` (default: n_past, n_past + 1, …) into rows n_past … n_past + m − 1
@@ -82,10 +92,7 @@ void append_kv(const heads_view<const T>& k_new, const heads_view<const T>& v_ne
   const positions at = pos.value_or(positions(n_past));
   at.require_rows(m, where, "pos");
   if (m == 0) return;
-  const auto rows = [&](const auto& cache, index_t b, index_t h) {
-    const auto all = cache.head(b, h);
-    return decltype(all)(all.row(n_past), m, all.cols, all.row_stride);
-  };
+  const auto rows = [&](const auto& cache, index_t b, index_t h) { return detail::row_block(cache.head(b, h), n_past, m); };
   if constexpr (std::is_base_of_v<encoder<p::identity<T>, lambda::rotation<T>>, Encoding>) {
     // RoPE and its family: every head's row i turns by the same angles, cos and sin of token i
     // formed once (as lambda::rotation::apply forms them) and applied to all heads
