@@ -468,6 +468,32 @@ void softmax_decode(benchmark::State& state) {
   if (anchor > 0) state.counters["frac_copy"] = kv_bytes / per_call * 1e-9 / anchor;
 }
 
+// softmax_decode's step (SIMD) on a K/V cache stored in 16 bits: arg 1 = 1 bfloat16, 2 half.
+// The kernel widens each K and V vector as it loads it; `GBps` and `frac_copy` count the 16-bit
+// bytes read, the peer's F16 cache's count (bench/ggml_peer.sh --decode).
+void softmax_decode_16bit(benchmark::State& state) {
+  const index_t n = state.range(0);
+  const auto run = [&]<class S>(S) {
+    inputs in(n);
+    buffer<S> k(in.k.size()), v(in.v.size());
+    std::transform(in.k.begin(), in.k.end(), k.begin(), [](T x) { return static_cast<S>(x); });
+    std::transform(in.v.begin(), in.v.end(), v.begin(), [](T x) { return static_cast<S>(x); });
+    const auto q = lrpe::bnsh(static_cast<const T*>(in.q.data()), 1, heads, 1, d);
+    const auto out = lrpe::bnsh(in.out.data(), 1, heads, 1, d);
+    const auto kv = [&](const buffer<S>& b) { return lrpe::bnsh(b.data(), 1, heads, n, d); };
+    const lrpe::softmax_options<> opt{.causal = true, .q_positions = n - 1};
+    const double per_call = run_timed(state, 4.0 * static_cast<double>(n) * d * heads, 1, [&] {
+      lrpe::softmax_attention(q, kv(k), kv(v), out, lrpe::no_encoding{}, opt, lrpe::backend::simd<>{});
+    });
+    const double kv_bytes = 2.0 * static_cast<double>(n) * d * heads * sizeof(S);
+    state.counters["GBps"] = benchmark::Counter(kv_bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+    const double anchor = kv_bytes <= double(16u << 20) ? g_copy_l3 : g_copy_stream;
+    if (anchor > 0) state.counters["frac_copy"] = kv_bytes / per_call * 1e-9 / anchor;
+  };
+  if (state.range(1) == 1) run(lrpe::bfloat16{});
+  else run(lrpe::half{});
+}
+
 // Decode with grouped K/V (GQA): 32 query heads, one row each, over 8 K/V heads of a cache of n
 // keys, one multi-head call. arg 1 = 0 the reference backend, 1 the SIMD backend (each K/V
 // head's 4 query heads become the rows of one direct-kernel call: the cache read once per K/V
@@ -717,6 +743,7 @@ BENCHMARK(softmax_simd)->Args({16384, 0, 1})->Iterations(1)->UseRealTime()->Unit
 BENCHMARK(softmax_simd_rope)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(softmax_decode)->ArgsProduct({{512, 4096, 16384, 65536}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(softmax_decode_gqa)->ArgsProduct({{4096, 16384}, {0, 1, 2}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(softmax_decode_16bit)->ArgsProduct({{4096, 16384, 65536}, {1, 2}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(softmax_simd_alibi)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(softmax_options_cost)
     ->ArgsProduct({{4096}, {0, 1, 2, 3}, {0}})

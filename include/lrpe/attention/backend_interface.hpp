@@ -13,6 +13,7 @@
  * |---|---|---|
  * | `call_guard(b)` | every attention entry point, held for the call | holds nothing |
  * | `softmax_kernel(b, problem, logits, value_term, reweight)` | `softmax_attention` | none: compile error |
+ * | the same on `softmax_problem<float, S>` (`softmax_storage_kernel`) | `softmax_attention` with 16-bit K or V | K and V widened to float |
  * | `softmax_backward_kernel(b, problem, content, logits, reweight)` | `softmax_attention_backward` | none: compile error |
  * | `acquire_feature_scratch(b, scratch, nq, nk, f)` | softmax and linear, linearizable encodings | two matrices per call |
  * | `encode_features_kernel(b, enc, side, x, pos, out)` | softmax, linearizable encodings | row by row |
@@ -36,6 +37,7 @@
 #include <lrpe/attention/state.hpp>
 #include <lrpe/core/heads.hpp>
 #include <lrpe/core/relative.hpp>
+#include <lrpe/core/storage.hpp>
 #include <lrpe/core/view.hpp>
 #include <lrpe/detail/small_buffer.hpp>
 #include <lrpe/encoder.hpp>
@@ -113,12 +115,13 @@ void for_each_head(const Backend& b, index_t count, F&& f) {
 
 // ---------------------------------------------------------------------------------- softmax
 
-/// Everything the softmax kernel needs besides the encoding-specific callbacks.
-template <class T>
+/// Everything the softmax kernel needs besides the encoding-specific callbacks; the values are
+/// stored as SV (T, or a 16-bit type with T = float: `softmax_storage_kernel`).
+template <class T, class SV = T>
 struct softmax_problem {
   index_t nq = 0;                 ///< query rows
   index_t nk = 0;                 ///< key rows
-  matrix_view<const T> v;         ///< nk × dv values
+  matrix_view<const SV> v;        ///< nk × dv values
   matrix_view<T> out;             ///< nq × dv output
   positions q_positions{};
   positions k_positions{};
@@ -127,6 +130,12 @@ struct softmax_problem {
   T* lse = nullptr;               ///< when not null, n_q outputs: each row's log(e^sink + Σ_t e^{logit}) (−∞: no visible key, no sink)
   double sink = -std::numeric_limits<double>::infinity();  ///< a sink logit in every row's denominator (−∞: none)
 };
+
+/// Values held in the kernel's scalar type (not 16-bit storage): what a backend's kernel takes
+/// unless it overloads it for `softmax_storage_kernel`. A concept, so that an overload that also
+/// requires it is more constrained than the primary template.
+template <class SV, class T>
+concept values_in_scalar = std::is_same_v<SV, T>;
 
 /// No value term (everything but Shaw's a^V).
 struct no_value_term {};
@@ -144,24 +153,25 @@ T soft_cap(T x, T c) noexcept {
  * can recognise it and run its own tile GEMM on `a`, `b`, `scale` (backend/simd/softmax.hpp);
  * called, it fills the tile S.
  */
-template <class T>
+template <class T, class SK = T>
 struct dot_logits {
   matrix_view<const T> a;
-  matrix_view<const T> b;
+  matrix_view<const SK> b;  ///< stored as SK: T, or a 16-bit type (widened here)
   T scale;
   T softcap = 0;  ///< c > 0: each logit x becomes c·tanh(x/c)
   template <class S>
   void operator()(index_t i0, index_t i1, index_t j0, index_t j1, S& s) const {
-    s.noalias() = lrpe::detail::const_tile_map(a, i0, i1) * lrpe::detail::const_tile_map(b, j0, j1).transpose();
+    s.noalias() =
+        lrpe::detail::const_tile_map(a, i0, i1) * lrpe::detail::const_tile_map(b, j0, j1).template cast<T>().transpose();
     s *= scale;
     if (softcap != T(0)) s = s.unaryExpr([c = softcap](T x) { return soft_cap(x, c); });
   }
 };
 
 /// `dot_logits` (soft-capped, if so) plus an additive encoding's bias(q_positions[i], k_positions[j]) per entry.
-template <class T, class E>
+template <class T, class E, class SK = T>
 struct biased_logits {
-  dot_logits<T> content;
+  dot_logits<T, SK> content;
   const E* encoding;
   positions q_positions;
   positions k_positions;
@@ -236,14 +246,27 @@ void encode_features_kernel(const Backend&, const Encoding& encoding, canonical:
  * empty rows). `logits(i0, i1, j0, j1, S)` fills a tile of scale·content + bias; `dot_logits`
  * and `biased_logits` are named so that a backend can run its own tile GEMM on them.
  */
-template <class Backend, class T, class Logits, class ValueTerm, class Reweight>
-void softmax_kernel(const Backend&, const softmax_problem<T>&, const Logits&, const ValueTerm&, const Reweight&) {
+template <class Backend, class T, class SV, class Logits, class ValueTerm, class Reweight>
+  requires values_in_scalar<SV, T>
+void softmax_kernel(const Backend&, const softmax_problem<T, SV>&, const Logits&, const ValueTerm&, const Reweight&) {
   static_assert(detail::always_false<Backend>,
                 "lrpe::softmax_attention: no softmax_kernel for this backend (the Backend of this "
                 "instantiation). The reference kernels are in <lrpe/backend/reference.hpp>, which "
                 "<lrpe/lrpe.hpp> includes; a new backend overloads softmax_kernel "
                 "(docs/howto-add-backend.md)");
 }
+
+/**
+ * A backend that reads 16-bit K or V (`lrpe::half`, `lrpe::bfloat16`) itself: it overloads
+ * `softmax_kernel` for `softmax_problem<T, SV>` (values stored as SV) with `Logits` of keys
+ * stored as SK (`dot_logits<T, SK>`, `biased_logits<T, E, SK>`). Without such an overload the
+ * front end widens K and V to T and calls the backend's T kernel (the reference does this).
+ */
+template <class Backend, class T, class SV, class Logits, class Reweight>
+concept softmax_storage_kernel =
+    requires(const Backend& b, const softmax_problem<T, SV>& p, const Logits& l, const Reweight& r) {
+      softmax_kernel(b, p, l, no_value_term{}, r);
+    };
 
 /**
  * The backward of softmax attention of one head whose logits are scale·A·Bᵀ (+ a bias without

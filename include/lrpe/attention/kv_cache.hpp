@@ -11,6 +11,7 @@
 #include <lrpe/attention/options.hpp>
 #include <lrpe/core/error.hpp>
 #include <lrpe/core/heads.hpp>
+#include <lrpe/core/storage.hpp>
 #include <lrpe/detail/angle.hpp>
 #include <lrpe/detail/small_buffer.hpp>
 #include <lrpe/encoder.hpp>
@@ -33,6 +34,16 @@ matrix_view<S> row_block(const matrix_view<S>& all, index_t r0, index_t m) noexc
   return matrix_view<S>(all.row(r0), m, all.cols, all.row_stride);
 }
 
+/// y[0, n) = x[0, n) stored as S (rounded to nearest even when S has 16 bits).
+template <class T, class S>
+void store_row(const T* x, S* y, index_t n) noexcept {
+  if constexpr (std::is_same_v<S, T>) {
+    std::copy(x, x + n, y);
+  } else {
+    for (index_t i = 0; i < n; ++i) y[i] = narrow<S>(x[i]);
+  }
+}
+
 }  // namespace detail
 
 /**
@@ -41,7 +52,9 @@ matrix_view<S> row_block(const matrix_view<S>& all, index_t r0, index_t m) noexc
  * of `k_cache`, and `v_new`'s rows copied into the same rows of `v_cache`.
  *
  * @param k_new, v_new     batch × heads × m × d (d_v): the step's projected keys and values.
- * @param k_cache, v_cache batch × heads × capacity × d (d_v), any layout (`bnsh`, `bsnh`).
+ * @param k_cache, v_cache batch × heads × capacity × d (d_v), any layout (`bnsh`, `bsnh`); T, or
+ *                         16-bit storage (`lrpe::half`, `lrpe::bfloat16`) with T = float: the rows
+ *                         are computed in float and rounded once as they are stored.
  * @param n_past           rows already in the cache; n_past + m ≤ capacity.
  * @param encoding         `no_encoding{}` (keys copied) or an `lrpe::encoder` (RoPE: `rope_neox`, …)
  *                         whose feature width equals the cache's d.
@@ -55,23 +68,28 @@ matrix_view<S> row_block(const matrix_view<S>& all, index_t r0, index_t m) noexc
  * @throws shape_error (batch, heads or widths differ, pos's count, the cache too small),
  *         parameter_error (n_past < 0).
  */
-template <class T, class Encoding, class Backend = backend::reference>
-void append_kv(const heads_view<const T>& k_new, const heads_view<const T>& v_new, const heads_view<T>& k_cache,
-               const heads_view<T>& v_cache, index_t n_past, const Encoding& encoding,
+template <class T, class SK, class SV, class Encoding, class Backend = backend::reference>
+void append_kv(const heads_view<const T>& k_new, const heads_view<const T>& v_new, const heads_view<SK>& k_cache,
+               const heads_view<SV>& v_cache, index_t n_past, const Encoding& encoding,
                std::optional<positions> pos = std::nullopt, Backend backend = {}) {
   constexpr const char* where = "lrpe::append_kv";
+  static_assert(!std::is_const_v<SK> && !std::is_const_v<SV>, "lrpe::append_kv: the caches must be mutable views");
+  static_assert(std::is_same_v<compute_t<SK>, T> && std::is_same_v<compute_t<SV>, T>,
+                "lrpe::append_kv: the caches must hold T, or 16-bit storage of it (lrpe::half, lrpe::bfloat16 with "
+                "T = float)");
   detail::validate_heads(k_new, where, "k_new");
   detail::validate_heads(v_new, where, "v_new");
   detail::validate_heads(k_cache, where, "k_cache");
   detail::validate_heads(v_cache, where, "v_cache");
   detail::require_parameter(n_past >= 0, where, "n_past", "must be >= 0", n_past);
-  for (const auto& [x, name] : {std::pair{detail::as_const_heads(v_new), "v_new"},
-                                std::pair{detail::as_const_heads(k_cache), "k_cache"},
-                                std::pair{detail::as_const_heads(v_cache), "v_cache"}}) {
+  const auto same_heads = [&](const auto& x, const char* name) {
     detail::require_shape(x.batch == k_new.batch && x.heads == k_new.heads, where, name,
                           detail::lazy_concat("must have batch x heads = ", k_new.batch, "x", k_new.heads),
                           detail::lazy_concat(x.batch, "x", x.heads));
-  }
+  };
+  same_heads(v_new, "v_new");
+  same_heads(k_cache, "k_cache");
+  same_heads(v_cache, "v_cache");
   const index_t m = k_new.seq;
   detail::require_equal(v_new.seq, m, where, "v_new.seq", "k_new.seq");
   detail::require_equal(v_new.dim, v_cache.dim, where, "v_new.dim", "v_cache.dim");
@@ -108,16 +126,16 @@ void append_kv(const heads_view<const T>& k_new, const heads_view<const T>& v_ne
       for (index_t b = 0; b < k_new.batch; ++b) {
         for (index_t h = 0; h < k_new.heads; ++h) {
           const T* x = k_new.head(b, h).row(i);
-          T* y = k_cache.head(b, h).row(n_past + i);
+          SK* y = k_cache.head(b, h).row(n_past + i);
           for (index_t j = 0; j < half; ++j) {
             const auto [u, w] = rot.pair(j);
             const T a = x[u], bb = x[w];
-            y[u] = a * c[j] - bb * sn[j];
-            y[w] = bb * c[j] + a * sn[j];
+            y[u] = narrow<SK>(a * c[j] - bb * sn[j]);
+            y[w] = narrow<SK>(bb * c[j] + a * sn[j]);
           }
-          std::copy(x + 2 * half, x + k_new.dim, y + 2 * half);
+          detail::store_row(x + 2 * half, y + 2 * half, k_new.dim - 2 * half);
           const auto v_in = v_new.head(b, h);
-          std::copy(v_in.row(i), v_in.row(i) + v_in.cols, v_cache.head(b, h).row(n_past + i));
+          detail::store_row(v_in.row(i), v_cache.head(b, h).row(n_past + i), v_in.cols);
         }
       }
     }
@@ -128,11 +146,15 @@ void append_kv(const heads_view<const T>& k_new, const heads_view<const T>& v_ne
       const auto k_out = rows(k_cache, b, h), v_out = rows(v_cache, b, h);
       const auto k_in = k_new.head(b, h), v_in = v_new.head(b, h);
       if constexpr (std::is_same_v<Encoding, no_encoding>) {
-        for (index_t i = 0; i < m; ++i) std::copy(k_in.row(i), k_in.row(i) + k_in.cols, k_out.row(i));
-      } else {
+        for (index_t i = 0; i < m; ++i) detail::store_row(k_in.row(i), k_out.row(i), k_in.cols);
+      } else if constexpr (std::is_same_v<SK, T>) {
         encode(backend, encoding, k_in, at, k_out);
+      } else {  // encoded in T, then rounded into the cache
+        row_matrix<T> encoded(m, k_out.cols);
+        encode(backend, encoding, k_in, at, view(encoded));
+        for (index_t i = 0; i < m; ++i) detail::store_row(&encoded(i, 0), k_out.row(i), k_out.cols);
       }
-      for (index_t i = 0; i < m; ++i) std::copy(v_in.row(i), v_in.row(i) + v_in.cols, v_out.row(i));
+      for (index_t i = 0; i < m; ++i) detail::store_row(v_in.row(i), v_out.row(i), v_in.cols);
     }
   }
 }

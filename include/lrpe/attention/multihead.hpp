@@ -207,7 +207,7 @@ void softmax_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const h
   constexpr const char* where = "lrpe::softmax_attention (multi-head)";
   static_assert(!std::is_const_v<T>, "lrpe::softmax_attention: out must be a mutable heads_view");
   detail::validate_attention_heads(q, k, v, out, where);
-  detail::check_head_encodings<std::remove_const_t<TQ>>(encodings, q.heads, q.dim, where);
+  detail::check_head_encodings<compute_t<TQ>>(encodings, q.heads, q.dim, where);
   // Decode with grouped K/V (GQA, MQA): one query row per head and one encoding for every head.
   // The group's query heads are the rows of calls over their K/V head (at most
   // grouped_decode_rows each), which is then read (and encoded) once per call instead of once
@@ -215,7 +215,7 @@ void softmax_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const h
   // SIMD backend, whose direct kernel runs each row alike; to rounding on the reference, whose
   // Eigen products sum several rows in another order than one).
   const index_t group = k.heads > 0 ? q.heads / k.heads : 1;
-  detail::validate_head_sinks<std::remove_const_t<TQ>>(options, q.heads, where);
+  detail::validate_head_sinks<compute_t<TQ>>(options, q.heads, where);
   if constexpr (detail::shared_encoding_v<Encodings> && !detail::multi_head_table<Reweight>) {
     options.q_positions.require_rows(q.seq, where, "options.q_positions");
     // (per-head sinks differ between the rows of such a call: they take the per-head path)

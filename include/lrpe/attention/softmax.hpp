@@ -20,6 +20,7 @@
 #include <lrpe/attention/options.hpp>
 #include <lrpe/attention/backend_interface.hpp>
 #include <lrpe/core/relative.hpp>
+#include <lrpe/core/storage.hpp>
 #include <lrpe/core/view.hpp>
 
 #include <cmath>
@@ -41,9 +42,9 @@ concept has_dim = requires(const E& e) {
 
 /// Validation shared by softmax and linear attention: Q, K, V, out shapes and positions (every
 /// difference of two positions fits in int64). Returns the positions' spans.
-template <class T>
-call_span validate_qkv(const matrix_view<const T>& q, const matrix_view<const T>& k,
-                  const matrix_view<const T>& v, const matrix_view<T>& out, const positions& qp,
+template <class SQ, class SK, class SV, class SO>
+call_span validate_qkv(const matrix_view<const SQ>& q, const matrix_view<const SK>& k,
+                  const matrix_view<const SV>& v, const matrix_view<SO>& out, const positions& qp,
                   const positions& kp, const char* where) {
   validate(q, where, "q");
   validate(k, where, "k");
@@ -104,11 +105,13 @@ void validate_engine_options(const softmax_options<Reweight>& options, const cha
                     "must be empty for a single-head call (its sink is options.sink)", options.head_sinks.size());
 }
 
-/// Validates a softmax call: shapes, tile, the encoding's width and value table.
-template <class T, class Encoding, class Reweight>
-void validate_softmax(const matrix_view<const T>& q, const matrix_view<const T>& k, const matrix_view<const T>& v,
-                      const matrix_view<T>& out, const Encoding& encoding, const softmax_options<Reweight>& options,
+/// Validates a softmax call: shapes, tile, the encoding's width and value table (T: the
+/// scalar the call computes in; the views may hold 16-bit storage of it).
+template <class SQ, class SK, class SV, class SO, class Encoding, class Reweight>
+void validate_softmax(const matrix_view<const SQ>& q, const matrix_view<const SK>& k, const matrix_view<const SV>& v,
+                      const matrix_view<SO>& out, const Encoding& encoding, const softmax_options<Reweight>& options,
                       const char* where) {
+  using T = compute_t<SQ>;
   constexpr bool is_none = std::is_same_v<Encoding, no_encoding>;
   validate_qkv(q, k, v, out, options.q_positions, options.k_positions, where);
   require_parameter(options.tile >= 1, where, "options.tile", "must be >= 1", options.tile);
@@ -133,19 +136,40 @@ double softmax_scale(const Encoding& encoding, const softmax_options<Reweight>& 
   return scale_d;
 }
 
-/// The body of `softmax_attention` on validated views; writes the rows' log-sum-exps to `lse`
-/// when it is not null.
-template <class T, class Encoding, class Reweight, class Backend>
-void run_softmax(const matrix_view<const T>& q, const matrix_view<const T>& k, const matrix_view<const T>& v,
-                 const matrix_view<T>& out, T* lse, const Encoding& encoding, const softmax_options<Reweight>& options,
-                 double scale_d, Backend backend) {
+/**
+ * Whether the backend reads this call's 16-bit K (SK) and V (SV) itself: it overloads
+ * `softmax_kernel` for `softmax_problem<T, SV>` with these logits (`softmax_storage_kernel`).
+ * Encodings with per-pair scores or a value term, and URPE's reweighting, never do: their K
+ * and V are widened first. A linearizable encoding's K is encoded (in T) before the kernel.
+ */
+template <class Backend, class T, class SK, class SV, class Encoding, class Reweight>
+constexpr bool reads_storage() {
+  if constexpr (std::is_same_v<Encoding, no_encoding>) {
+    return backend::softmax_storage_kernel<Backend, T, SV, backend::dot_logits<T, SK>, Reweight>;
+  } else if constexpr (value_encoding<Encoding>) {
+    return false;
+  } else if constexpr (additive_encoding<Encoding>) {
+    return backend::softmax_storage_kernel<Backend, T, SV, backend::biased_logits<T, Encoding, SK>, Reweight>;
+  } else if constexpr (canonical::is_linearizable_v<Encoding>) {
+    return backend::softmax_storage_kernel<Backend, T, SV, backend::dot_logits<T>, Reweight>;
+  } else {
+    return false;
+  }
+}
+
+/// The kernel call of `run_softmax` on views the backend reads (T, or 16-bit storage where
+/// `reads_storage` says so).
+template <class T, class SK, class SV, class Encoding, class Reweight, class Backend>
+void call_softmax_kernel(const matrix_view<const T>& q, const matrix_view<const SK>& k, const matrix_view<const SV>& v,
+                         const matrix_view<T>& out, T* lse, const Encoding& encoding,
+                         const softmax_options<Reweight>& options, double scale_d, Backend backend) {
   constexpr bool is_none = std::is_same_v<Encoding, no_encoding>;
   const T scale = static_cast<T>(scale_d);
   using backend::call_guard;
   [[maybe_unused]] const auto guard = call_guard(backend);  // e.g. a pool's shared workspace
 
-  backend::softmax_problem<T> problem{q.rows, k.rows, v, out, options.q_positions, options.k_positions,
-                                      options.mask(), options.tile, lse, options.sink};
+  backend::softmax_problem<T, SV> problem{q.rows, k.rows, v, out, options.q_positions, options.k_positions,
+                                          options.mask(), options.tile, lse, options.sink};
   const T softcap = static_cast<T>(options.softcap);
 
   auto value_term = [&] {
@@ -161,11 +185,11 @@ void run_softmax(const matrix_view<const T>& q, const matrix_view<const T>& k, c
   // primary templates for a backend in another namespace.
   using backend::softmax_kernel;
   if constexpr (is_none) {
-    softmax_kernel(backend, problem, backend::dot_logits<T>{q, k, scale, softcap}, value_term, options.reweight);
+    softmax_kernel(backend, problem, backend::dot_logits<T, SK>{q, k, scale, softcap}, value_term, options.reweight);
   } else if constexpr (additive_encoding<Encoding>) {
     softmax_kernel(backend, problem,
-                   backend::biased_logits<T, Encoding>{{q, k, scale, softcap}, &encoding, options.q_positions,
-                                                       options.k_positions},
+                   backend::biased_logits<T, Encoding, SK>{{q, k, scale, softcap}, &encoding, options.q_positions,
+                                                           options.k_positions},
                    value_term, options.reweight);
   } else if constexpr (canonical::is_linearizable_v<Encoding>) {
     const index_t f = canonical::feature_dim(encoding);
@@ -186,27 +210,59 @@ void run_softmax(const matrix_view<const T>& q, const matrix_view<const T>& k, c
   }
 }
 
+/// The body of `softmax_attention` on validated views; writes the rows' log-sum-exps to `lse`
+/// when it is not null. K and V may be 16-bit storage (SK, SV) of T: read as they are by a
+/// backend that can (`reads_storage`), else widened to T first (O(n_k·(d + d_v)) scratch).
+template <class T, class SK, class SV, class Encoding, class Reweight, class Backend>
+void run_softmax(const matrix_view<const T>& q, const matrix_view<const SK>& k, const matrix_view<const SV>& v,
+                 const matrix_view<T>& out, T* lse, const Encoding& encoding, const softmax_options<Reweight>& options,
+                 double scale_d, Backend backend) {
+  constexpr bool stored = !std::is_same_v<SK, T> || !std::is_same_v<SV, T>;
+  if constexpr (stored && !reads_storage<Backend, T, SK, SV, Encoding, Reweight>()) {
+    const widened<T, SK> kw(k);
+    const widened<T, SV> vw(v);
+    call_softmax_kernel(q, kw.view(), vw.view(), out, lse, encoding, options, scale_d, backend);
+  } else if constexpr (!std::is_same_v<SK, T> && canonical::is_linearizable_v<Encoding> &&
+                       !std::is_same_v<Encoding, no_encoding>) {
+    const widened<T, SK> kw(k);  // encoded in T by the kernel call
+    call_softmax_kernel(q, kw.view(), v, out, lse, encoding, options, scale_d, backend);
+  } else {
+    call_softmax_kernel(q, k, v, out, lse, encoding, options, scale_d, backend);
+  }
+}
+
 /// The front of `softmax_attention` and `softmax_attention_lse`: the inputs as views, the
-/// static checks, the validation (and, with `lse`, its size), then `run_softmax`.
+/// static checks, the validation (and, with `lse`, its size), then `run_softmax`; a 16-bit Q
+/// is widened and a 16-bit out is written through a T scratch (both O(n_q·d)).
 template <class Q, class K, class V, class O, class Encoding, class Reweight, class Backend>
 void softmax_entry(const char* where, const Q& q_in, const K& k_in, const V& v_in, O&& out_in,
-                   std::optional<std::span<input_scalar_t<Q>>> lse, const Encoding& encoding,
+                   std::optional<std::span<compute_t<input_scalar_t<Q>>>> lse, const Encoding& encoding,
                    const softmax_options<Reweight>& options, const Backend& backend) {
   const auto q = as_input(q_in);
   const auto k = as_input(k_in);
   const auto v = as_input(v_in);
   const auto out = as_output(out_in);
-  using T = input_scalar_t<Q>;
-  static_assert(std::is_same_v<decltype(k), const matrix_view<const T>> &&
-                    std::is_same_v<decltype(v), const matrix_view<const T>> &&
-                    std::is_same_v<decltype(out), const matrix_view<T>>,
-                "lrpe::softmax_attention: q, k, v and out must have the same scalar type");
+  using SO = std::remove_pointer_t<decltype(out.data)>;
+  using T = compute_t<input_scalar_t<Q>>;
+  static_assert(std::is_same_v<compute_t<input_scalar_t<K>>, T> && std::is_same_v<compute_t<input_scalar_t<V>>, T> &&
+                    std::is_same_v<compute_t<SO>, T>,
+                "lrpe::softmax_attention: q, k, v and out must have the same scalar type, or be 16-bit "
+                "storage of it (lrpe::half, lrpe::bfloat16: computed in float)");
   require_softmax_types<T, Encoding, Reweight>();
   validate_softmax(q, k, v, out, encoding, options, where);
   if (lse) require_equal(static_cast<index_t>(lse->size()), q.rows, where, "lse.size()", "q.rows");
   if (q.rows == 0) return;
-  run_softmax(q, k, v, out, lse ? lse->data() : static_cast<T*>(nullptr), encoding, options,
-              softmax_scale<T>(encoding, options, q.cols, where), backend);
+  const double scale_d = softmax_scale<T>(encoding, options, q.cols, where);
+  T* lse_data = lse ? lse->data() : static_cast<T*>(nullptr);
+  const widened<T, input_scalar_t<Q>> qw(q);
+  if constexpr (std::is_same_v<SO, T>) {
+    run_softmax(qw.view(), k, v, out, lse_data, encoding, options, scale_d, backend);
+  } else {
+    row_matrix<T> o(out.rows, out.cols);
+    run_softmax(qw.view(), k, v, view(o), lse_data, encoding, options, scale_d, backend);
+    for (index_t i = 0; i < out.rows; ++i)
+      for (index_t c = 0; c < out.cols; ++c) out(i, c) = narrow<SO>(o(i, c));
+  }
 }
 
 }  // namespace detail
@@ -248,7 +304,7 @@ template <class Q, class K, class V, class O, class Encoding, class Reweight = n
           class Backend = backend::reference>
   requires detail::matrix_input<Q> && detail::matrix_input<K> && detail::matrix_input<V>
 void softmax_attention_lse(const Q& q_in, const K& k_in, const V& v_in, O&& out_in,
-                           std::span<detail::input_scalar_t<Q>> lse, const Encoding& encoding,
+                           std::span<compute_t<detail::input_scalar_t<Q>>> lse, const Encoding& encoding,
                            const softmax_options<Reweight>& options = {}, Backend backend = {}) {
   detail::softmax_entry("lrpe::softmax_attention_lse", q_in, k_in, v_in, out_in, std::optional(lse), encoding,
                         options, backend);

@@ -39,6 +39,7 @@
 #include <lrpe/backend/simd/detail/exp2.hpp>
 #include <lrpe/backend/simd/detail/micro_kernels.hpp>
 #include <lrpe/backend/simd/detail/prefetch.hpp>
+#include <lrpe/backend/simd/detail/stored.hpp>
 #include <lrpe/backend/simd/parallel.hpp>
 #include <lrpe/backend/simd/tag.hpp>
 #include <lrpe/backend/simd/workspace.hpp>
@@ -124,8 +125,8 @@ inline std::pair<index_t, index_t> visible_keys(const key_mask& mask, position_t
 }
 
 /// The running max and sum a row starts from: −∞ and 0, or with a sink σ, log₂e·σ and 1.
-template <class T>
-std::pair<T, T> row_start(const softmax_problem<T>& p) noexcept {
+template <class T, class SV>
+std::pair<T, T> row_start(const softmax_problem<T, SV>& p) noexcept {
   if (p.sink == -std::numeric_limits<double>::infinity()) return {-std::numeric_limits<T>::infinity(), T(0)};
   return {bias_log2<T>(p.sink), T(1)};
 }
@@ -418,8 +419,8 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
  * measurably slower (bench/results/issue37-before-after.md#the-direct-softmax-kernel), where
  * the tiled kernel above lost nothing. The stages are marked by comments instead.
  */
-template <index_t G, class T, class A, class Bias>
-void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>& q, const matrix_view<const T>& k,
+template <index_t G, class T, class A, class Bias, class SK, class SV>
+void softmax_direct_rows(const softmax_problem<T, SV>& p, const matrix_view<const T>& q, const matrix_view<const SK>& k,
                          T qscale, T cap, const Bias& bias, index_t i0, simd_workspace& ws) {
   using B = xsimd::batch<T, A>;
   constexpr index_t W = static_cast<index_t>(B::size), BK = 4 * W, VU = 4;
@@ -481,23 +482,23 @@ void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>
         if (last >= W - 1) {
           for (index_t c = 0; c < dw; c += W) {
             const B qc = B::load_aligned(qr + c);
-            const T* kr = k.row(j0 + u * W) + c;
-            for (index_t jj = 0; jj < W; ++jj, kr += ks) part[jj] = compat::fma(qc, B::load_unaligned(kr), part[jj]);
+            const SK* kr = k.row(j0 + u * W) + c;
+            for (index_t jj = 0; jj < W; ++jj, kr += ks) part[jj] = compat::fma(qc, load_stored<A>(kr), part[jj]);
           }
         } else {
           for (index_t c = 0; c < dw; c += W) {
             const B qc = B::load_aligned(qr + c);
             for (index_t jj = 0; jj <= last; ++jj)
-              part[jj] = compat::fma(qc, B::load_unaligned(k.row(j0 + u * W + jj) + c), part[jj]);
+              part[jj] = compat::fma(qc, load_stored<A>(k.row(j0 + u * W + jj) + c), part[jj]);
           }
         }
         compat::haddp(part).store_aligned(sr + u * W);
       }
       if (dw < d) {  // the last d mod W features
         for (index_t j = 0; j < bk; ++j) {
-          const T* kr = k.row(j0 + j);
+          const SK* kr = k.row(j0 + j);
           T t = 0;
-          for (index_t c = dw; c < d; ++c) t = lrpe::detail::mul_add(qr[c], kr[c], t);
+          for (index_t c = dw; c < d; ++c) t = lrpe::detail::mul_add(qr[c], widen(kr[c]), t);
           sr[j] += t;
         }
       }
@@ -547,9 +548,9 @@ void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>
           for (index_t u = 0; u < VU; ++u)
             acc[r][u] = u < vu ? B(alpha[r0 + r]) * B::load_aligned(ot + (r0 + r) * dvp + c0 + u * W) : B(T(0));
         for (index_t j = 0; j < bk; ++j) {
-          const T* vr = p.v.row(j0 + j) + c0;
+          const SV* vr = p.v.row(j0 + j) + c0;
           B vb[VU];
-          for (index_t u = 0; u < VU; ++u) vb[u] = u < vu ? B::load_unaligned(vr + u * W) : B(T(0));
+          for (index_t u = 0; u < VU; ++u) vb[u] = u < vu ? load_stored<A>(vr + u * W) : B(T(0));
           for (index_t r = 0; r < NR; ++r) {
             if constexpr (SkipZero) {
               if (st[(r0 + r) * BK + j] == T(0)) continue;
@@ -577,7 +578,7 @@ void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>
       zero_weight = zero_weight || xsimd::any(zero_w);
     }
     bool skip_zero = false;
-    for (index_t j = 0; zero_weight && j < bk && !skip_zero; ++j) skip_zero = !all_finite<T, A>(p.v.row(j0 + j), dv);
+    for (index_t j = 0; zero_weight && j < bk && !skip_zero; ++j) skip_zero = !all_finite_stored<T, A>(p.v.row(j0 + j), dv);
     constexpr index_t GR = wide_register_file<A> ? G : std::min<index_t>(G, 2);
     const auto pv_all = [&]<bool SkipZero>(std::bool_constant<SkipZero> skip) LRPE_ALWAYS_INLINE_LAMBDA {
       for (index_t r0 = 0; r0 + GR <= G; r0 += GR) pv_rows(std::integral_constant<index_t, GR>{}, skip, r0);
@@ -587,7 +588,7 @@ void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>
         for (index_t r = 0; r < G; ++r) {
           T o = alpha[r] * ot[r * dvp + c];
           for (index_t j = 0; j < bk; ++j)
-            if (!SkipZero || st[r * BK + j] != T(0)) o = lrpe::detail::mul_add(st[r * BK + j], p.v.row(j0 + j)[c], o);
+            if (!SkipZero || st[r * BK + j] != T(0)) o = lrpe::detail::mul_add(st[r * BK + j], widen(p.v.row(j0 + j)[c]), o);
           ot[r * dvp + c] = o;
         }
       }
@@ -608,8 +609,8 @@ void softmax_direct_rows(const softmax_problem<T>& p, const matrix_view<const T>
   }
 }
 
-template <class T, class A, class Bias>
-void softmax_direct(const softmax_problem<T>& p, const matrix_view<const T>& q, const matrix_view<const T>& k,
+template <class T, class A, class Bias, class SK, class SV>
+void softmax_direct(const softmax_problem<T, SV>& p, const matrix_view<const T>& q, const matrix_view<const SK>& k,
                     T qscale, T cap, const Bias& bias, resources res);
 
 /**
@@ -618,22 +619,22 @@ void softmax_direct(const softmax_problem<T>& p, const matrix_view<const T>& q, 
  * sink in the first part only), then the parts merged row by row (`lrpe::detail::merge_row`, in
  * double). Keys outside [first, end) are hidden from every row: they add nothing.
  */
-template <class T, class A, class Bias>
-void softmax_direct_split(const softmax_problem<T>& p, const matrix_view<const T>& q, const matrix_view<const T>& k,
+template <class T, class A, class Bias, class SK, class SV>
+void softmax_direct_split(const softmax_problem<T, SV>& p, const matrix_view<const T>& q, const matrix_view<const SK>& k,
                           T qscale, T cap, const Bias& bias, resources res, index_t parts, index_t first, index_t end) {
   const index_t nq = p.nq, dv = p.v.cols, per = (end - first + parts - 1) / parts;
   T* outs = res.ws->get<T>(simd_workspace::split_parts, parts * nq * (dv + 1));
   T* lses = outs + parts * nq * dv;
   res.pool->run(parts, [&](index_t part, int t) {
     const index_t j0 = std::min(end, first + part * per), j1 = std::min(end, j0 + per);
-    softmax_problem<T> sub = p;
+    softmax_problem<T, SV> sub = p;
     sub.nk = j1 - j0;
-    sub.v = matrix_view<const T>(p.v.row(j0), j1 - j0, dv, p.v.row_stride);
+    sub.v = matrix_view<const SV>(p.v.row(j0), j1 - j0, dv, p.v.row_stride);
     sub.k_positions = p.k_positions.slice(j0, j1 - j0);
     sub.out = matrix_view<T>(outs + part * nq * dv, nq, dv, dv);
     sub.lse = lses + part * nq;
     if (part > 0) sub.sink = -std::numeric_limits<double>::infinity();  // joins once
-    const matrix_view<const T> k_part(k.row(j0), j1 - j0, k.cols, k.row_stride);
+    const matrix_view<const SK> k_part(k.row(j0), j1 - j0, k.cols, k.row_stride);
     softmax_direct<T, A>(sub, q, k_part, qscale, cap, bias, {t == 0 ? res.ws : &res.pool->workspace(t), nullptr});
   });
   struct parts_t {
@@ -652,8 +653,8 @@ void softmax_direct_split(const softmax_problem<T>& p, const matrix_view<const T
 
 /// The direct kernel over all rows, G = 4 at a time (on the pool when there are several groups;
 /// split over the keys when there are fewer groups than threads and keys enough).
-template <class T, class A, class Bias>
-void softmax_direct(const softmax_problem<T>& p, const matrix_view<const T>& q, const matrix_view<const T>& k,
+template <class T, class A, class Bias, class SK, class SV>
+void softmax_direct(const softmax_problem<T, SV>& p, const matrix_view<const T>& q, const matrix_view<const SK>& k,
                     T qscale, T cap, const Bias& bias, resources res) {
   constexpr index_t G = 4;
   const index_t groups = (p.nq + G - 1) / G;
@@ -687,9 +688,16 @@ void softmax_direct(const softmax_problem<T>& p, const matrix_view<const T>& q, 
   res.pool->run(groups, [&](index_t item, int t) { group(item, t == 0 ? *res.ws : res.pool->workspace(t)); });
 }
 
-/// The whole call: pack K and V on `res.ws`, then the query tiles (on the pool if any).
-template <class T, class A, class Bias>
-void softmax_simd(const softmax_problem<T>& p, const matrix_view<const T>& q, const matrix_view<const T>& k,
+/// p with its values replaced by `v` (the query tiles read V from its packed copy).
+template <class T, class SV>
+softmax_problem<T> with_values(const softmax_problem<T, SV>& p, const matrix_view<const T>& v) noexcept {
+  return {p.nq, p.nk, v, p.out, p.q_positions, p.k_positions, p.mask, p.tile, p.lse, p.sink};
+}
+
+/// The whole call: pack K and V on `res.ws` (widened, when stored in 16 bits), then the query
+/// tiles (on the pool if any); short query blocks take the direct kernel instead.
+template <class T, class A, class Bias, class SK, class SV>
+void softmax_simd(const softmax_problem<T, SV>& p, const matrix_view<const T>& q, const matrix_view<const SK>& k,
                   T scale, T softcap, const Bias& bias, resources res) {
   using tl = softmax_tiling<T, A>;
   constexpr index_t W = tl::W, BK = tl::BK, BQ = tl::BQ;
@@ -719,8 +727,8 @@ void softmax_simd(const softmax_problem<T>& p, const matrix_view<const T>& q, co
     T* dst = kp + jt * d * BK;
     position_t lo = p.k_positions[j0], hi = lo;
     for (index_t j = 0; j < bk; ++j) {
-      const T* src = k.row(j0 + j);
-      for (index_t c = 0; c < d; ++c) dst[c * BK + j] = src[c];
+      const SK* src = k.row(j0 + j);
+      for (index_t c = 0; c < d; ++c) dst[c * BK + j] = widen(src[c]);
       lo = std::min(lo, p.k_positions[j0 + j]);
       hi = std::max(hi, p.k_positions[j0 + j]);
     }
@@ -733,7 +741,11 @@ void softmax_simd(const softmax_problem<T>& p, const matrix_view<const T>& q, co
     const index_t j0 = jt * BK, j1 = std::min(nk, j0 + BK);
     for (index_t j = j0; j < j1; ++j) {
       // (no copy from a V without columns: its data may be null, and memcpy from null is undefined)
-      if (dv > 0) std::memcpy(vp + j * dvp, p.v.row(j), static_cast<std::size_t>(dv) * sizeof(T));
+      if constexpr (std::is_same_v<SV, T>) {
+        if (dv > 0) std::memcpy(vp + j * dvp, p.v.row(j), static_cast<std::size_t>(dv) * sizeof(T));
+      } else {
+        for (index_t c = 0; c < dv; ++c) vp[j * dvp + c] = widen(p.v.row(j)[c]);
+      }
       std::fill(vp + j * dvp + dv, vp + (j + 1) * dvp, T(0));
     }
     kb[3 * jt + 2] = all_finite<T, A>(vp + j0 * dvp, (j1 - j0) * dvp) ? 0 : 1;
@@ -741,25 +753,26 @@ void softmax_simd(const softmax_problem<T>& p, const matrix_view<const T>& q, co
 
   const bool prefetch = static_cast<std::size_t>(tiles * d * BK + nk * dvp) * sizeof(T) >= softmax_tile_prefetch_bytes;
   const softmax_shared<T> sh{kp, vp, kb, d, dv, dvp, nk, tiles, prefetch};
+  const softmax_problem<T> pt = with_values(p, matrix_view<const T>(vp, nk, dv, dvp));
   const index_t qtiles = (p.nq + BQ - 1) / BQ;
   if (res.pool == nullptr || qtiles < 2) {
-    for (index_t it = 0; it < qtiles; ++it) softmax_query_tile<T, A>(p, q, qscale, cap, bias, sh, it * BQ, ws);
+    for (index_t it = 0; it < qtiles; ++it) softmax_query_tile<T, A>(pt, q, qscale, cap, bias, sh, it * BQ, ws);
     return;
   }
   // causal: the last query tiles see the most keys; hand them out first
   res.pool->run(qtiles, [&](index_t item, int t) {
     const index_t it = p.mask.causal ? qtiles - 1 - item : item;
-    softmax_query_tile<T, A>(p, q, qscale, cap, bias, sh, it * BQ, t == 0 ? ws : res.pool->workspace(t));
+    softmax_query_tile<T, A>(pt, q, qscale, cap, bias, sh, it * BQ, t == 0 ? ws : res.pool->workspace(t));
   });
 }
 
-template <class Backend, class T>
-void softmax_dispatch(const Backend& b, const softmax_problem<T>& p, const dot_logits<T>& l) {
+template <class Backend, class T, class SK, class SV>
+void softmax_dispatch(const Backend& b, const softmax_problem<T, SV>& p, const dot_logits<T, SK>& l) {
   if (p.nq == 0) return;
   softmax_simd<T, typename Backend::arch_type>(p, l.a, l.b, l.scale, l.softcap, no_bias{}, resolve(b));
 }
-template <class Backend, class T, class E>
-void softmax_dispatch(const Backend& b, const softmax_problem<T>& p, const biased_logits<T, E>& l) {
+template <class Backend, class T, class E, class SK, class SV>
+void softmax_dispatch(const Backend& b, const softmax_problem<T, SV>& p, const biased_logits<T, E, SK>& l) {
   if (p.nq == 0) return;
   softmax_simd<T, typename Backend::arch_type>(p, l.content.a, l.content.b, l.content.scale, l.content.softcap,
                                                l.encoding, resolve(b));
@@ -774,21 +787,24 @@ void acquire_features(const Backend& b, feature_scratch<T>& s, index_t nq, index
 
 }  // namespace simd_detail
 
-/// SIMD softmax kernel: content logits (no encoding, or encoded features of a linearizable one).
-template <simd_backend B, class T>
-void softmax_kernel(const B& b, const softmax_problem<T>& p, const dot_logits<T>& l, const no_value_term&,
+/// SIMD softmax kernel: content logits (no encoding, or encoded features of a linearizable one);
+/// K (SK) and V (SV) as T or in 16 bits (`lrpe::half`, `lrpe::bfloat16`, widened as they are read).
+template <simd_backend B, class T, class SK, class SV>
+void softmax_kernel(const B& b, const softmax_problem<T, SV>& p, const dot_logits<T, SK>& l, const no_value_term&,
                     const no_reweighting&) {
   simd_detail::softmax_dispatch(b, p, l);
 }
 /// SIMD softmax kernel: content logits plus an additive bias (ALiBi, T5, Toeplitz tables).
-template <simd_backend B, class T, class E>
-void softmax_kernel(const B& b, const softmax_problem<T>& p, const biased_logits<T, E>& l, const no_value_term&,
-                    const no_reweighting&) {
+template <simd_backend B, class T, class E, class SK, class SV>
+void softmax_kernel(const B& b, const softmax_problem<T, SV>& p, const biased_logits<T, E, SK>& l,
+                    const no_value_term&, const no_reweighting&) {
   simd_detail::softmax_dispatch(b, p, l);
 }
-/// Everything else (value terms, URPE reweighting, per-pair scores): the reference kernel.
-template <simd_backend B, class T, class Logits, class ValueTerm, class Reweight>
-void softmax_kernel(const B&, const softmax_problem<T>& p, const Logits& l, const ValueTerm& v, const Reweight& c) {
+/// Everything else (value terms, URPE reweighting, per-pair scores): the reference kernel, on
+/// values of the scalar type (the front end widens 16-bit ones for it).
+template <simd_backend B, class T, class SV, class Logits, class ValueTerm, class Reweight>
+  requires values_in_scalar<SV, T>
+void softmax_kernel(const B&, const softmax_problem<T, SV>& p, const Logits& l, const ValueTerm& v, const Reweight& c) {
   softmax_kernel(reference{}, p, l, v, c);
 }
 

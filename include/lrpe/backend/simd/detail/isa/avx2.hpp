@@ -23,6 +23,22 @@ inline namespace v0 {
 namespace backend {
 namespace simd_detail {
 
+/// AVX2: 8 bfloat16 values widened to float (the 16 bits become a float's high half).
+template <class Arch>
+LRPE_ALWAYS_INLINE bool load_widened_isa(xsimd::avx2, const Eigen::bfloat16* p, xsimd::batch<float, Arch>& out) noexcept {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  out = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  return true;
+}
+#if defined(__F16C__)
+/// AVX2 with F16C: 8 binary16 values widened to float (`vcvtph2ps`, exact).
+template <class Arch>
+LRPE_ALWAYS_INLINE bool load_widened_isa(xsimd::avx2, const Eigen::half* p, xsimd::batch<float, Arch>& out) noexcept {
+  out = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return true;
+}
+#endif
+
 /// AVX2: lo, hi = the first and second w lanes of (a0, b0, a1, b1, …), by an in-lane unpack pair
 /// and two 128-bit lane selects.
 template <class T, class Arch>

@@ -24,6 +24,21 @@ inline namespace v0 {
 namespace backend {
 namespace simd_detail {
 
+/// AVX-512: 16 bfloat16 values widened to float (the 16 bits become a float's high half).
+template <class Arch>
+LRPE_ALWAYS_INLINE bool load_widened_isa(xsimd::avx512f, const Eigen::bfloat16* p,
+                                         xsimd::batch<float, Arch>& out) noexcept {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  out = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  return true;
+}
+/// AVX-512: 16 binary16 values widened to float (`vcvtph2ps`, exact).
+template <class Arch>
+LRPE_ALWAYS_INLINE bool load_widened_isa(xsimd::avx512f, const Eigen::half* p, xsimd::batch<float, Arch>& out) noexcept {
+  out = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return true;
+}
+
 template <class T>
 struct avx512_permute;
 template <>

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <lrpe/backend/simd/detail/row_basics.hpp>
+#include <lrpe/core/storage.hpp>
 
 #include <cstdint>
 #include <type_traits>
@@ -49,6 +50,15 @@ template <class Arch, class T>
 inline constexpr bool lane_ordered_rotation_v = avx2_fma_kernels && std::is_same_v<T, float> &&
                                                 std::is_base_of_v<xsimd::avx2, Arch> &&
                                                 !std::is_base_of_v<xsimd::avx512f, Arch>;
+
+// ---------------------------------------------------------------- 16-bit storage
+
+/// A vector of floats from as many `lrpe::half` or `lrpe::bfloat16` values, widened in
+/// registers: done (true) on AVX-512 and AVX2 (F16C for half); the caller widens one by one.
+template <class Arch, class S>
+LRPE_ALWAYS_INLINE bool load_widened_isa(xsimd::generic, const S*, xsimd::batch<float, Arch>&) noexcept {
+  return false;
+}
 
 // ---------------------------------------------------------------- permutations
 

@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: MIT
+/**
+ * @file stored.hpp
+ * Internal: vectors loaded from K and V rows as they are stored, float or double as they are,
+ * `lrpe::half` and `lrpe::bfloat16` widened to float on the way (exact): the softmax kernels
+ * read 16-bit caches without a widened copy. The ISA-specific conversions are hooks of isa/.
+ */
+#pragma once
+
+#include <lrpe/backend/simd/detail/isa/avx2.hpp>
+#include <lrpe/backend/simd/detail/isa/avx512.hpp>
+#include <lrpe/backend/simd/detail/isa/generic.hpp>
+#include <lrpe/backend/simd/detail/micro_kernels.hpp>
+#include <lrpe/core/storage.hpp>
+
+#include <cmath>
+#include <cstddef>
+
+#include <xsimd/xsimd.hpp>
+
+namespace lrpe {
+inline namespace v0 {
+namespace backend {
+namespace simd_detail {
+
+/// One vector of compute_t<S> from p[0, W), unaligned.
+template <class A, class S>
+LRPE_ALWAYS_INLINE xsimd::batch<compute_t<S>, A> load_stored(const S* p) noexcept {
+  using B = xsimd::batch<compute_t<S>, A>;
+  if constexpr (!half_precision<S>) {
+    return B::load_unaligned(p);
+  } else {
+    B out;
+    if (load_widened_isa(A{}, p, out)) return out;
+    alignas(B) float buf[B::size];
+    for (std::size_t i = 0; i < B::size; ++i) buf[i] = widen(p[i]);
+    return B::load_aligned(buf);
+  }
+}
+
+/// `all_finite` of values stored as S.
+template <class T, class A, class S>
+inline bool all_finite_stored(const S* x, index_t count) noexcept {
+  if constexpr (!half_precision<S>) {
+    return all_finite<T, A>(x, count);
+  } else {
+    using B = xsimd::batch<T, A>;
+    constexpr index_t W = B::size;
+    B acc(T(0));
+    index_t i = 0;
+    for (; i + W <= count; i += W) acc = compat::fma(load_stored<A>(x + i), B(T(0)), acc);
+    T rest = compat::reduce_add(acc);
+    for (; i < count; ++i) rest += widen(x[i]) * T(0);
+    return !std::isnan(rest);
+  }
+}
+
+}  // namespace simd_detail
+}  // namespace backend
+}  // namespace v0
+}  // namespace lrpe
