@@ -22,6 +22,7 @@
 #include <lrpe/backend/simd/workspace.hpp>
 #include <lrpe/backend/simd/parallel.hpp>
 #include <lrpe/backend/simd/softmax.hpp>
+#include <lrpe/backend/simd/paged.hpp>
 #include <lrpe/backend/simd/softmax_backward.hpp>
 #include <lrpe/backend/simd/linear.hpp>
 #include <lrpe/backend/simd/linear_backward.hpp>

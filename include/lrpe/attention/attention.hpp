@@ -14,6 +14,7 @@
 #include <lrpe/attention/merge.hpp>
 #include <lrpe/attention/multihead.hpp>
 #include <lrpe/attention/options.hpp>
+#include <lrpe/attention/paged_kv.hpp>
 #include <lrpe/attention/softmax.hpp>
 #include <lrpe/attention/softmax_backward.hpp>
 #include <lrpe/attention/state.hpp>

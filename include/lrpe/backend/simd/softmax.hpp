@@ -35,6 +35,7 @@
 
 #include <lrpe/attention/backend_interface.hpp>
 #include <lrpe/attention/merge.hpp>
+#include <lrpe/core/paged.hpp>
 #include <lrpe/backend/reference/softmax.hpp>
 #include <lrpe/backend/simd/detail/exp2.hpp>
 #include <lrpe/backend/simd/detail/micro_kernels.hpp>
@@ -414,19 +415,25 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
  * row, then O = α·O + P V with each V row loaded once for the G rows. Keys after every row of
  * the group (causal, key positions an offset) are not read.
  *
- * One function on purpose (~180 lines): split into stages (the state in a struct, each stage
+ * K and V are read through `k.row(j)` and `v.row(j)`: a strided view (`matrix_view`, whose W
+ * consecutive keys are reached by the row stride) or a paged cache's rows (`paged_rows`, each
+ * key's row looked up in the block table).
+ *
+ * One function on purpose (~190 lines): split into stages (the state in a struct, each stage
  * an always-inline function), the same operations in the same order made long decode steps
  * measurably slower (bench/results/issue37-before-after.md#the-direct-softmax-kernel), where
  * the tiled kernel above lost nothing. The stages are marked by comments instead.
  */
-template <index_t G, class T, class A, class Bias, class SK, class SV>
-void softmax_direct_rows(const softmax_problem<T, SV>& p, const matrix_view<const T>& q, const matrix_view<const SK>& k,
-                         T qscale, T cap, const Bias& bias, index_t i0, simd_workspace& ws) {
+template <index_t G, class T, class A, class Bias, class SV, class KRows, class VRows>
+void softmax_direct_rows(const softmax_problem<T, SV>& p, const matrix_view<const T>& q, const KRows& k,
+                         const VRows& v, T qscale, T cap, const Bias& bias, index_t i0, simd_workspace& ws) {
+  using SK = std::remove_cvref_t<decltype(*k.row(0))>;
+  constexpr bool strided = !lrpe::detail::is_paged_rows_v<KRows>;
   using B = xsimd::batch<T, A>;
   constexpr index_t W = static_cast<index_t>(B::size), BK = 4 * W, VU = 4;
   constexpr T neg_inf = -std::numeric_limits<T>::infinity();
   constexpr bool has_bias = !std::is_same_v<Bias, no_bias>;
-  const index_t d = q.cols, dv = p.v.cols, dw = d / W * W, dvw = dv / W * W, dvp = round_up(std::max<index_t>(dv, 1), W);
+  const index_t d = q.cols, dv = v.cols, dw = d / W * W, dvw = dv / W * W, dvp = round_up(std::max<index_t>(dv, 1), W);
   const index_t dp = round_up(std::max<index_t>(d, 1), W);
   const bool k_offsets = !p.k_positions.is_array();
 
@@ -471,15 +478,22 @@ void softmax_direct_rows(const softmax_problem<T, SV>& p, const matrix_view<cons
       for (index_t u = 0; u * W < bk; ++u) {
         if (prefetch && r == 0) {
           const index_t jp = j0 + BK + u * W, je = std::min(jp + W, n_vis);
-          for (index_t j = jp; j < je; ++j) prefetch_row<3>(p.v.row(j), dv);
+          for (index_t j = jp; j < je; ++j) prefetch_row<3>(v.row(j), dv);
         }
         // W independent accumulators, one per key (a key past the block reads the block's last
         // key; the mask below discards it)
         const index_t last = bk - 1 - u * W;
-        const index_t ks = k.row_stride;
         B part[W];
         for (index_t jj = 0; jj < W; ++jj) part[jj] = B(T(0));
-        if (last >= W - 1) {
+        if constexpr (!strided) {  // each key's row from the block table, once per W keys
+          const SK* kr[W];
+          for (index_t jj = 0; jj < W; ++jj) kr[jj] = k.row(j0 + u * W + std::min(jj, last));
+          for (index_t c = 0; c < dw; c += W) {
+            const B qc = B::load_aligned(qr + c);
+            for (index_t jj = 0; jj < W; ++jj) part[jj] = compat::fma(qc, load_stored<A>(kr[jj] + c), part[jj]);
+          }
+        } else if (last >= W - 1) {
+          const index_t ks = k.row_stride;
           for (index_t c = 0; c < dw; c += W) {
             const B qc = B::load_aligned(qr + c);
             const SK* kr = k.row(j0 + u * W) + c;
@@ -548,7 +562,7 @@ void softmax_direct_rows(const softmax_problem<T, SV>& p, const matrix_view<cons
           for (index_t u = 0; u < VU; ++u)
             acc[r][u] = u < vu ? B(alpha[r0 + r]) * B::load_aligned(ot + (r0 + r) * dvp + c0 + u * W) : B(T(0));
         for (index_t j = 0; j < bk; ++j) {
-          const SV* vr = p.v.row(j0 + j) + c0;
+          const SV* vr = v.row(j0 + j) + c0;
           B vb[VU];
           for (index_t u = 0; u < VU; ++u) vb[u] = u < vu ? load_stored<A>(vr + u * W) : B(T(0));
           for (index_t r = 0; r < NR; ++r) {
@@ -578,7 +592,7 @@ void softmax_direct_rows(const softmax_problem<T, SV>& p, const matrix_view<cons
       zero_weight = zero_weight || xsimd::any(zero_w);
     }
     bool skip_zero = false;
-    for (index_t j = 0; zero_weight && j < bk && !skip_zero; ++j) skip_zero = !all_finite_stored<T, A>(p.v.row(j0 + j), dv);
+    for (index_t j = 0; zero_weight && j < bk && !skip_zero; ++j) skip_zero = !all_finite_stored<T, A>(v.row(j0 + j), dv);
     constexpr index_t GR = wide_register_file<A> ? G : std::min<index_t>(G, 2);
     const auto pv_all = [&]<bool SkipZero>(std::bool_constant<SkipZero> skip) LRPE_ALWAYS_INLINE_LAMBDA {
       for (index_t r0 = 0; r0 + GR <= G; r0 += GR) pv_rows(std::integral_constant<index_t, GR>{}, skip, r0);
@@ -588,7 +602,7 @@ void softmax_direct_rows(const softmax_problem<T, SV>& p, const matrix_view<cons
         for (index_t r = 0; r < G; ++r) {
           T o = alpha[r] * ot[r * dvp + c];
           for (index_t j = 0; j < bk; ++j)
-            if (!SkipZero || st[r * BK + j] != T(0)) o = lrpe::detail::mul_add(st[r * BK + j], widen(p.v.row(j0 + j)[c]), o);
+            if (!SkipZero || st[r * BK + j] != T(0)) o = lrpe::detail::mul_add(st[r * BK + j], widen(v.row(j0 + j)[c]), o);
           ot[r * dvp + c] = o;
         }
       }
@@ -675,10 +689,10 @@ void softmax_direct(const softmax_problem<T, SV>& p, const matrix_view<const T>&
   const auto group = [&](index_t g, simd_workspace& ws) {
     const index_t i0 = g * G;
     switch (std::min(G, p.nq - i0)) {
-      case 1: softmax_direct_rows<1, T, A>(p, q, k, qscale, cap, bias, i0, ws); break;
-      case 2: softmax_direct_rows<2, T, A>(p, q, k, qscale, cap, bias, i0, ws); break;
-      case 3: softmax_direct_rows<3, T, A>(p, q, k, qscale, cap, bias, i0, ws); break;
-      default: softmax_direct_rows<4, T, A>(p, q, k, qscale, cap, bias, i0, ws); break;
+      case 1: softmax_direct_rows<1, T, A>(p, q, k, p.v, qscale, cap, bias, i0, ws); break;
+      case 2: softmax_direct_rows<2, T, A>(p, q, k, p.v, qscale, cap, bias, i0, ws); break;
+      case 3: softmax_direct_rows<3, T, A>(p, q, k, p.v, qscale, cap, bias, i0, ws); break;
+      default: softmax_direct_rows<4, T, A>(p, q, k, p.v, qscale, cap, bias, i0, ws); break;
     }
   };
   if (res.pool == nullptr || groups < 2) {

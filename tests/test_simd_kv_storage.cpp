@@ -14,6 +14,8 @@
 #include <cmath>
 #include <limits>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -89,7 +91,7 @@ void same_as_widened_everywhere() {
     // not a whole number of vectors
     for (const index_t nq : {1, 3, 4, 9, 70})
       for (const index_t nk : {0, 1, 50, 300})
-        for (const auto [d, dv] : {std::pair<index_t, index_t>{8, 8}, {37, 5}, {64, 64}, {128, 40}}) {
+        for (const auto& [d, dv] : {std::pair<index_t, index_t>{8, 8}, {37, 5}, {64, 64}, {128, 40}}) {
           if (nq > nk && oc.causal && nk > 0) continue;
           check_same_as_widened<S>(lrpe::no_encoding{}, nq, nk, d, dv, oc, ++seed, simd);
         }
@@ -291,6 +293,164 @@ void error_bound_case(double u) {
 TEST_CASE("16-bit K and V against long double on the unrounded inputs: within the stated bound") {
   SUBCASE("bfloat16, u = 2^-8") { error_bound_case<lrpe::bfloat16>(std::ldexp(1.0, -8)); }
   SUBCASE("half, u = 2^-11") { error_bound_case<lrpe::half>(std::ldexp(1.0, -11)); }
+}
+
+}  // namespace
+
+namespace {
+
+/// A batch of sequences in a paged pool (blocks handed out in a shuffled order) and the same rows
+/// contiguous per sequence, written by the test's own index arithmetic.
+template <class S>
+struct paged_case {
+  index_t block_size, kv_heads, d, dv, blocks;
+  std::vector<index_t> lengths;
+  std::vector<std::int32_t> table;
+  index_t stride;
+  std::vector<S> k_pool, v_pool;
+  std::vector<rm<S>> k_seq, v_seq;  // per sequence: kv_heads·len × d (head-major)
+  bool hnd;
+
+  paged_case(std::uint64_t seed, index_t block_size_, index_t kv_heads_, index_t d_, index_t dv_,
+             std::vector<index_t> lengths_, bool hnd_)
+      : block_size(block_size_), kv_heads(kv_heads_), d(d_), dv(dv_), lengths(std::move(lengths_)), hnd(hnd_) {
+    lrpe::generator g(seed);
+    stride = 0;
+    index_t total = 0;
+    for (const index_t len : lengths) {
+      stride = std::max(stride, (len + block_size - 1) / block_size);
+      total += (len + block_size - 1) / block_size;
+    }
+    blocks = total + 3;  // some blocks unused
+    std::vector<std::int32_t> order(static_cast<std::size_t>(blocks));
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int32_t>(i);
+    for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[g.next() % i]);
+    table.assign(lengths.size() * static_cast<std::size_t>(std::max<index_t>(stride, 1)), -1);
+    k_pool.assign(static_cast<std::size_t>(blocks * block_size * kv_heads * d), S(0.0f));
+    v_pool.assign(static_cast<std::size_t>(blocks * block_size * kv_heads * dv), S(0.0f));
+    std::size_t next = 0;
+    for (std::size_t b = 0; b < lengths.size(); ++b) {
+      const index_t len = lengths[b];
+      k_seq.push_back(random_matrix<float>(g, kv_heads * len, d).template cast<S>());
+      v_seq.push_back(random_matrix<float>(g, kv_heads * len, dv).template cast<S>());
+      for (index_t i = 0; i * block_size < len; ++i) table[b * static_cast<std::size_t>(stride) + static_cast<std::size_t>(i)] = order[next++];
+      for (index_t h = 0; h < kv_heads; ++h)
+        for (index_t j = 0; j < len; ++j) {
+          const index_t blk = table[b * static_cast<std::size_t>(stride) + static_cast<std::size_t>(j / block_size)];
+          const index_t r = j % block_size;
+          for (index_t c = 0; c < d; ++c) k_pool[static_cast<std::size_t>(at(blk, r, h, d) + c)] = k_seq[b](h * len + j, c);
+          for (index_t c = 0; c < dv; ++c) v_pool[static_cast<std::size_t>(at(blk, r, h, dv) + c)] = v_seq[b](h * len + j, c);
+        }
+    }
+  }
+  [[nodiscard]] index_t at(index_t blk, index_t r, index_t h, index_t w) const {
+    return hnd ? ((blk * kv_heads + h) * block_size + r) * w : ((blk * block_size + r) * kv_heads + h) * w;
+  }
+  lrpe::paged_kv_view<const S> k() const {
+    return hnd ? lrpe::paged_hnd(k_pool.data(), blocks, block_size, kv_heads, d)
+               : lrpe::paged_nhd(k_pool.data(), blocks, block_size, kv_heads, d);
+  }
+  lrpe::paged_kv_view<const S> v() const {
+    return hnd ? lrpe::paged_hnd(v_pool.data(), blocks, block_size, kv_heads, dv)
+               : lrpe::paged_nhd(v_pool.data(), blocks, block_size, kv_heads, dv);
+  }
+  lrpe::block_tables tables() const { return {table, stride, lengths}; }
+};
+
+/// The paged call against the contiguous call of each sequence, on the same backend.
+template <class S, class Enc, class Backend>
+void paged_vs_contiguous(const paged_case<S>& pc, index_t q_heads, index_t m, const Enc& enc,
+                         const lrpe::softmax_options<>& o, Backend backend, bool bitwise) {
+  const auto batch = static_cast<index_t>(pc.lengths.size());
+  lrpe::generator g(77);
+  const rm<float> q = random_matrix<float>(g, batch * q_heads * m, pc.d);
+  rm<float> got = rm<float>::Constant(batch * q_heads * m, pc.dv, 5.0f), want(batch * q_heads * m, pc.dv);
+  lrpe::softmax_attention_paged(lrpe::bnsh(q.data(), batch, q_heads, m, pc.d), pc.k(), pc.v(), pc.tables(),
+                                lrpe::bnsh(got.data(), batch, q_heads, m, pc.dv), enc, o, backend);
+  for (index_t b = 0; b < batch; ++b) {
+    const index_t len = pc.lengths[static_cast<std::size_t>(b)];
+    lrpe::softmax_options<> ob = o;
+    ob.q_positions = len - m;
+    const std::size_t bi = static_cast<std::size_t>(b);
+    lrpe::softmax_attention(lrpe::bnsh(q.data() + b * q_heads * m * pc.d, 1, q_heads, m, pc.d),
+                            lrpe::bnsh(pc.k_seq[bi].data(), 1, pc.kv_heads, len, pc.d),
+                            lrpe::bnsh(pc.v_seq[bi].data(), 1, pc.kv_heads, len, pc.dv),
+                            lrpe::bnsh(want.data() + b * q_heads * m * pc.dv, 1, q_heads, m, pc.dv), enc, ob,
+                            lrpe::backend::simd<>{});
+  }
+  if (bitwise) {
+    CAPTURE((got - want).cwiseAbs().maxCoeff()); CAPTURE(o.head_sinks.size()); CAPTURE(o.window); CAPTURE(std::string(Backend::name)); CHECK(same_bits(got, want));
+  } else {
+    CHECK((got - want).cwiseAbs().maxCoeff() <= attention_test::kernel_vs_kernel<float>() * (1 + want.cwiseAbs().maxCoeff()));
+  }
+}
+
+template <class S>
+void paged_cases() {
+  const std::vector<double> sinks{0.1, -0.5, 1.0, 0.0, 0.3, -1.0, 2.0, 0.7};
+  lrpe::backend::simd_threads pool(2);
+  for (const bool hnd : {false, true})
+    for (const index_t block_size : {1, 16, 32}) {
+      const paged_case<S> pc(block_size * 3 + (hnd ? 1 : 0), block_size, 2, 64, 48, {37, 0, 300, 16}, hnd);
+      for (const index_t m : {1, 3}) {
+        lrpe::softmax_options<> o;
+        o.causal = true;
+        CAPTURE(hnd);
+        CAPTURE(block_size);
+        CAPTURE(m);
+        paged_vs_contiguous(pc, 8, m, lrpe::no_encoding{}, o, lrpe::backend::simd<>{}, true);
+        paged_vs_contiguous(pc, 8, m, lrpe::no_encoding{}, o, lrpe::backend::simd_policy<>{&pool}, true);
+        paged_vs_contiguous(pc, 8, m, lrpe::no_encoding{}, o, lrpe::backend::reference{}, false);
+        o.window = 50;
+        o.softcap = 10;
+        o.sink = 0.25;
+        paged_vs_contiguous(pc, 8, m, lrpe::canonical::alibi<float>::for_heads(64, 8), o, lrpe::backend::simd<>{}, true);
+        o.head_sinks = sinks;
+        paged_vs_contiguous(pc, 8, m, lrpe::no_encoding{}, o, lrpe::backend::simd<>{}, true);
+        paged_vs_contiguous(pc, 8, m, lrpe::no_encoding{}, o, lrpe::backend::reference{}, false);
+      }
+    }
+}
+
+TEST_CASE("paged KV cache: the same bits as the contiguous call (SIMD), any block size, NHD and HND, GQA, options") {
+  SUBCASE("bfloat16") { paged_cases<lrpe::bfloat16>(); }
+  SUBCASE("half") { paged_cases<lrpe::half>(); }
+  SUBCASE("float") { paged_cases<float>(); }
+}
+
+TEST_CASE("paged KV cache: errors name the argument") {
+  const paged_case<lrpe::bfloat16> pc(5, 16, 2, 16, 16, {20, 40}, false);
+  std::vector<float> q(2 * 4 * 16), out(q.size());
+  const auto qv = lrpe::bnsh(static_cast<const float*>(q.data()), 2, 4, 1, 16);
+  const auto ov = lrpe::bnsh(out.data(), 2, 4, 1, 16);
+  const lrpe::no_encoding none;
+  auto k = pc.k();
+  auto t = pc.tables();
+  CHECK_NOTHROW(lrpe::softmax_attention_paged(qv, k, pc.v(), t, ov, none));
+  k.block_size = 12;  // not a power of two
+  CHECK_THROWS_AS(lrpe::softmax_attention_paged(qv, k, pc.v(), t, ov, none), lrpe::shape_error);
+  std::vector<std::int32_t> bad = pc.table;
+  bad[1] = static_cast<std::int32_t>(pc.blocks);  // outside the pool
+  t.blocks = bad;
+  CHECK_THROWS_AS(lrpe::softmax_attention_paged(qv, pc.k(), pc.v(), t, ov, none), lrpe::shape_error);
+  const std::vector<index_t> too_long{20, 16 * pc.stride + 1};
+  t = pc.tables();
+  t.lengths = too_long;
+  CHECK_THROWS_AS(lrpe::softmax_attention_paged(qv, pc.k(), pc.v(), t, ov, none), lrpe::shape_error);
+  lrpe::softmax_options<> o;
+  o.q_positions = 3;
+  CHECK_THROWS_AS(lrpe::softmax_attention_paged(qv, pc.k(), pc.v(), pc.tables(), ov, none, o), lrpe::parameter_error);
+  const auto q3 = lrpe::bnsh(static_cast<const float*>(q.data()), 2, 3, 1, 16);
+  const auto o3 = lrpe::bnsh(out.data(), 2, 3, 1, 16);
+  CHECK_THROWS_AS(lrpe::softmax_attention_paged(q3, pc.k(), pc.v(), pc.tables(), o3, none), lrpe::shape_error);
+  try {
+    k = pc.k();
+    k.block_size = 12;
+    lrpe::softmax_attention_paged(qv, k, pc.v(), pc.tables(), ov, none);
+  } catch (const lrpe::shape_error& e) {
+    CHECK(std::string(e.what()).find("k_cache") != std::string::npos);
+    CHECK(std::string(e.what()).find("12") != std::string::npos);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: MIT
+/**
+ * @file paged.hpp
+ * A paged KV cache as vLLM and FlashInfer keep one: a pool of fixed-size blocks of rows shared
+ * by every sequence, and per sequence a block table listing its blocks in order. Row j of
+ * sequence b (head h) is row j mod B of block table_b[⌊j / B⌋] (B = block_size).
+ *
+ *     auto k = lrpe::paged_nhd(k_pool, blocks, 16, kv_heads, 128);  // [blocks, 16, heads, 128]
+ *     lrpe::block_tables t{table, max_blocks_per_seq, lengths};
+ */
+#pragma once
+
+#include <lrpe/core/error.hpp>
+#include <lrpe/core/traits.hpp>
+#include <lrpe/core/view.hpp>
+#include <lrpe/detail/validate.hpp>
+
+#include <bit>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+
+namespace lrpe {
+inline namespace v0 {
+
+/**
+ * A pool of `blocks` blocks of `block_size` rows of `heads` heads of width `dim`, any layout:
+ * element (block, row, head, i) at `data[block·block_stride + head·head_stride + row·row_stride + i]`.
+ * `paged_nhd` and `paged_hnd` build the two common layouts.
+ */
+template <class S>
+struct paged_kv_view {
+  S* data = nullptr;
+  index_t blocks = 0, block_size = 0, heads = 0, dim = 0;
+  index_t block_stride = 0, head_stride = 0, row_stride = 0;
+
+  /// A mutable view converts to a const one.
+  template <class U = S>
+    requires(std::is_same_v<U, S> && !std::is_const_v<U>)
+  operator paged_kv_view<const U>() const noexcept  // NOLINT implicit
+  {
+    return {data, blocks, block_size, heads, dim, block_stride, head_stride, row_stride};
+  }
+  /// The block_size × dim rows of head h in a block.
+  [[nodiscard]] matrix_view<S> block_rows(index_t block, index_t h) const noexcept {
+    return matrix_view<S>(data + block * block_stride + h * head_stride, block_size, dim, row_stride);
+  }
+};
+
+/// [blocks, block_size, heads, dim] contiguous (FlashInfer's NHD; a block's rows hold every head).
+template <class S>
+paged_kv_view<S> paged_nhd(S* data, index_t blocks, index_t block_size, index_t heads, index_t dim) {
+  return {data, blocks, block_size, heads, dim, block_size * heads * dim, dim, heads * dim};
+}
+
+/// [blocks, heads, block_size, dim] contiguous (FlashInfer's HND: each head's rows together).
+template <class S>
+paged_kv_view<S> paged_hnd(S* data, index_t blocks, index_t block_size, index_t heads, index_t dim) {
+  return {data, blocks, block_size, heads, dim, heads * block_size * dim, block_size * dim, dim};
+}
+
+/**
+ * The block tables of a batch: sequence b holds `lengths[b]` rows, in blocks
+ * `blocks[b·stride]`, `blocks[b·stride + 1]`, … (⌈lengths[b] / block_size⌉ of them; the rest of
+ * its `stride` entries are not read).
+ */
+struct block_tables {
+  std::span<const std::int32_t> blocks;
+  index_t stride = 0;
+  std::span<const index_t> lengths;
+};
+
+namespace detail {
+
+/// The rows of one (sequence, head) of a paged cache, as the kernels read them: row(j).
+template <class S>
+struct paged_rows {
+  S* data = nullptr;
+  const std::int32_t* table = nullptr;  ///< the sequence's blocks
+  int shift = 0;                        ///< log2(block_size)
+  index_t block_stride = 0, row_stride = 0;
+  index_t rows = 0, cols = 0;
+  [[nodiscard]] S* row(index_t j) const noexcept {
+    return data + static_cast<index_t>(table[j >> shift]) * block_stride + (j & ((index_t(1) << shift) - 1)) * row_stride;
+  }
+};
+
+template <class S>
+paged_rows<S> paged_rows_of(const paged_kv_view<S>& cache, const block_tables& t, index_t b, index_t h) noexcept {
+  return {cache.data + h * cache.head_stride,
+          t.blocks.data() + b * t.stride,
+          std::countr_zero(static_cast<std::uint64_t>(cache.block_size)),
+          cache.block_stride,
+          cache.row_stride,
+          t.lengths[static_cast<std::size_t>(b)],
+          cache.dim};
+}
+
+/// Checks a paged view: non-negative sizes, a power-of-two block size, data when non-empty.
+template <class S>
+void validate_paged(const paged_kv_view<S>& c, const char* where, const char* arg) {
+  require_shape(c.blocks >= 0 && c.heads >= 0 && c.dim >= 0, where, arg, "must have non-negative sizes",
+                lazy_concat(c.blocks, " blocks, ", c.heads, " heads, dim ", c.dim));
+  require_shape(c.block_size >= 1 && std::has_single_bit(static_cast<std::uint64_t>(c.block_size)), where,
+                arg, "must have a block_size that is a power of two (1, 2, 4, ..., 16, ...)", c.block_size);
+  require_shape(c.blocks == 0 || c.data != nullptr, where, arg, "must have non-null data when it has blocks",
+                "nullptr");
+}
+
+template <class R>
+inline constexpr bool is_paged_rows_v = false;
+template <class S>
+inline constexpr bool is_paged_rows_v<paged_rows<S>> = true;
+
+}  // namespace detail
+
+}  // namespace v0
+}  // namespace lrpe
