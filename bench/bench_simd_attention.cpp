@@ -494,6 +494,66 @@ void softmax_decode_16bit(benchmark::State& state) {
   else run(lrpe::half{});
 }
 
+// The decode shape: 32 query heads over 8 K/V heads (GQA), d = 128, one row per head, a
+// cache of n keys, 1 thread, SIMD. arg 1 = 0 a float cache, contiguous per head (bnsh);
+// 1 bfloat16, contiguous; 2 bfloat16, paged (blocks of 16 rows, NHD, handed out in a shuffled
+// order, read through the block table). `frac_copy` counts the cache's bytes.
+void softmax_decode_gqa_16bit(benchmark::State& state) {
+  constexpr index_t hq = 32, hkv = 8, dk = 128, block = 16;
+  const index_t n = state.range(0);
+  const int mode = static_cast<int>(state.range(1));
+  lrpe::generator g(3);
+  buffer<T> q(static_cast<std::size_t>(hq * dk)), out(q.size());
+  for (auto& x : q) x = static_cast<T>(g.normal());
+  const auto qv = lrpe::bnsh(static_cast<const T*>(q.data()), 1, hq, 1, dk);
+  const auto ov = lrpe::bnsh(out.data(), 1, hq, 1, dk);
+  const lrpe::softmax_options<> opt{.causal = true, .q_positions = n - 1};
+  const auto fill = [&](auto& b) {
+    for (auto& x : b) x = static_cast<std::remove_reference_t<decltype(x)>>(static_cast<T>(g.normal()));
+  };
+  double per_call = 0, kv_bytes = 0;
+  if (mode == 0) {
+    buffer<T> k(static_cast<std::size_t>(hkv * n * dk)), v(k.size());
+    fill(k);
+    fill(v);
+    per_call = run_timed(state, 4.0 * static_cast<double>(n) * dk * hq, 1, [&] {
+      lrpe::softmax_attention(qv, lrpe::bnsh(k.data(), 1, hkv, n, dk), lrpe::bnsh(v.data(), 1, hkv, n, dk), ov,
+                              lrpe::no_encoding{}, opt, lrpe::backend::simd<>{});
+    });
+    kv_bytes = 2.0 * static_cast<double>(k.size()) * sizeof(T);
+  } else if (mode == 1) {
+    buffer<lrpe::bfloat16> k(static_cast<std::size_t>(hkv * n * dk)), v(k.size());
+    fill(k);
+    fill(v);
+    per_call = run_timed(state, 4.0 * static_cast<double>(n) * dk * hq, 1, [&] {
+      lrpe::softmax_attention(qv, lrpe::bnsh(k.data(), 1, hkv, n, dk), lrpe::bnsh(v.data(), 1, hkv, n, dk), ov,
+                              lrpe::no_encoding{}, opt, lrpe::backend::simd<>{});
+    });
+    kv_bytes = 2.0 * static_cast<double>(k.size()) * sizeof(lrpe::bfloat16);
+  } else {
+    const index_t blocks = (n + block - 1) / block;
+    buffer<lrpe::bfloat16> k(static_cast<std::size_t>(blocks * block * hkv * dk)), v(k.size());
+    fill(k);
+    fill(v);
+    std::vector<std::int32_t> table(static_cast<std::size_t>(blocks));
+    for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<std::int32_t>(i);
+    for (std::size_t i = table.size(); i > 1; --i) std::swap(table[i - 1], table[g.next() % i]);
+    const std::vector<index_t> lengths{n};
+    const lrpe::block_tables tables{table, blocks, lengths};
+    const auto kc = lrpe::paged_nhd(static_cast<const lrpe::bfloat16*>(k.data()), blocks, block, hkv, dk);
+    const auto vc = lrpe::paged_nhd(static_cast<const lrpe::bfloat16*>(v.data()), blocks, block, hkv, dk);
+    lrpe::softmax_options<> paged_opt;
+    paged_opt.causal = true;
+    per_call = run_timed(state, 4.0 * static_cast<double>(n) * dk * hq, 1, [&] {
+      lrpe::softmax_attention_paged(qv, kc, vc, tables, ov, lrpe::no_encoding{}, paged_opt, lrpe::backend::simd<>{});
+    });
+    kv_bytes = 2.0 * static_cast<double>(n) * hkv * dk * sizeof(lrpe::bfloat16);
+  }
+  state.counters["GBps"] = benchmark::Counter(kv_bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  const double anchor = kv_bytes <= double(16u << 20) ? g_copy_l3 : g_copy_stream;
+  if (anchor > 0) state.counters["frac_copy"] = kv_bytes / per_call * 1e-9 / anchor;
+}
+
 // Decode with grouped K/V (GQA): 32 query heads, one row each, over 8 K/V heads of a cache of n
 // keys, one multi-head call. arg 1 = 0 the reference backend, 1 the SIMD backend (each K/V
 // head's 4 query heads become the rows of one direct-kernel call: the cache read once per K/V
@@ -744,6 +804,7 @@ BENCHMARK(softmax_simd_rope)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillise
 BENCHMARK(softmax_decode)->ArgsProduct({{512, 4096, 16384, 65536}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(softmax_decode_gqa)->ArgsProduct({{4096, 16384}, {0, 1, 2}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(softmax_decode_16bit)->ArgsProduct({{4096, 16384, 65536}, {1, 2}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(softmax_decode_gqa_16bit)->ArgsProduct({{32768}, {0, 1, 2}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(softmax_simd_alibi)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(softmax_options_cost)
     ->ArgsProduct({{4096}, {0, 1, 2, 3}, {0}})

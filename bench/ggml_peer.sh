@@ -11,6 +11,7 @@
 #
 # Usage: bench/ggml_peer.sh [--out build/ggml_peer.json] [--reps 5] [--sizes 512,2048,4096,8192]
 #        bench/ggml_peer.sh --decode 4096,16384,65536   (decode steps only: one query row per head)
+#        bench/ggml_peer.sh --decode-gqa 32768           (decode, 32 query heads over 8 K/V heads, d = 128)
 #        python3 bench/summary.py build/simd_attention.json build/torch_peer.json \
 #            --ggml build/ggml_peer.json --markdown
 set -euo pipefail

@@ -179,34 +179,37 @@ record run_attention(int n, int threads, bool causal, ggml_type kv_type, int rep
 }
 
 /// One decode step: one query row per head over n cached keys (llama.cpp's decode: no mask
-/// when every key is visible), checked against a naive loop.
-record run_decode(int n, int threads, ggml_type kv_type, int reps, std::mt19937& rng) {
-  const std::size_t bytes = static_cast<std::size_t>(n) * D * H * 2 * ggml_type_size(kv_type) + (16u << 20);
+/// when every key is visible), checked against a naive loop. hq query heads over hkv K/V heads
+/// (grouped-query attention when hkv < hq: ggml broadcasts K and V), width dim.
+record run_decode(int n, int threads, ggml_type kv_type, int reps, std::mt19937& rng, int hq = H, int hkv = H,
+                  int dim = D) {
+  const std::size_t bytes = static_cast<std::size_t>(n) * dim * hkv * 2 * ggml_type_size(kv_type) + (16u << 20);
   graph_runner g(bytes);
-  ggml_tensor* q = ggml_new_tensor_3d(g.ctx, GGML_TYPE_F32, D, 1, H);
-  ggml_tensor* k = ggml_new_tensor_3d(g.ctx, kv_type, D, n, H);
-  ggml_tensor* v = ggml_new_tensor_3d(g.ctx, kv_type, D, n, H);
+  ggml_tensor* q = ggml_new_tensor_3d(g.ctx, GGML_TYPE_F32, dim, 1, hq);
+  ggml_tensor* k = ggml_new_tensor_3d(g.ctx, kv_type, dim, n, hkv);
+  ggml_tensor* v = ggml_new_tensor_3d(g.ctx, kv_type, dim, n, hkv);
   fill_random(q, rng);
   fill_random(k, rng);
   fill_random(v, rng);
-  const float scale = 1.0f / std::sqrt(float(D));
+  const float scale = 1.0f / std::sqrt(float(dim));
   ggml_tensor* out = ggml_flash_attn_ext(g.ctx, q, k, v, nullptr, scale, 0.0f, 0.0f);
   ggml_prec_set_acc(out, GGML_PREC_F32);
   g.build({out}, threads);
   g.compute();
   double err = 0.0, big = 0.0;
-  for (int h = 0; h < H; ++h) {
+  for (int h = 0; h < hq; ++h) {
+    const int hk = h / (hq / hkv);
     std::vector<double> s(static_cast<std::size_t>(n));
     double m = -std::numeric_limits<double>::infinity(), l = 0.0;
     for (int j = 0; j < n; ++j) {
       double dot = 0.0;
-      for (int c = 0; c < D; ++c) dot += double(element(q, c, 0, h)) * element(k, c, j, h);
+      for (int c = 0; c < dim; ++c) dot += double(element(q, c, 0, h)) * element(k, c, j, hk);
       m = std::max(m, s[static_cast<std::size_t>(j)] = scale * dot);
     }
     for (double& x : s) l += (x = std::exp(x - m));
-    for (int c = 0; c < D; ++c) {
+    for (int c = 0; c < dim; ++c) {
       double o = 0.0;
-      for (int j = 0; j < n; ++j) o += s[static_cast<std::size_t>(j)] * element(v, c, j, h);
+      for (int j = 0; j < n; ++j) o += s[static_cast<std::size_t>(j)] * element(v, c, j, hk);
       const float got = *reinterpret_cast<const float*>(static_cast<const char*>(out->data) + c * out->nb[0] + h * out->nb[1]);
       err = std::max(err, std::abs(got - o / l));
       big = std::max(big, std::abs(o / l));
@@ -216,7 +219,9 @@ record run_decode(int n, int threads, ggml_type kv_type, int reps, std::mt19937&
     std::fprintf(stderr, "ggml decode n=%d: error %.3g against the naive reference\n", n, err / (1.0 + big));
     std::exit(1);
   }
-  return {kv_type == GGML_TYPE_F16 ? "softmax_decode_kvf16" : "softmax_decode", n, threads, g.time(reps)};
+  const std::string name = std::string(hkv < hq ? "softmax_decode_gqa" : "softmax_decode") +
+                           (kv_type == GGML_TYPE_F16 ? "_kvf16" : "");
+  return {name, n, threads, g.time(reps)};
 }
 
 record run_rope(int n, int threads, bool split_half, int reps, std::mt19937& rng) {
@@ -244,12 +249,18 @@ int main(int argc, char** argv) {
   std::string out_path = "build/ggml_peer.json";
   int reps = 5;
   std::vector<int> sizes{512, 2048, 4096, 8192};
-  std::vector<int> decode_sizes;
+  std::vector<int> decode_sizes, gqa_sizes;
   for (int a = 1; a < argc; ++a) {
     const std::string s = argv[a];
     if (s == "--decode" && a + 1 < argc) {  // decode steps only, over caches of these sizes
       for (const char* p = argv[++a]; *p != '\0';) {
         decode_sizes.push_back(std::atoi(p));
+        while (*p != '\0' && *p != ',') ++p;
+        if (*p == ',') ++p;
+      }
+    } else if (s == "--decode-gqa" && a + 1 < argc) {  // decode, 32 query heads over 8 K/V heads, d = 128
+      for (const char* p = argv[++a]; *p != '\0';) {
+        gqa_sizes.push_back(std::atoi(p));
         while (*p != '\0' && *p != ',') ++p;
         if (*p == ',') ++p;
       }
@@ -265,7 +276,8 @@ int main(int argc, char** argv) {
         if (*p == ',') ++p;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--out FILE] [--reps N] [--sizes 512,2048,...] [--decode 4096,16384,...]\n",
+      std::fprintf(stderr, "usage: %s [--out FILE] [--reps N] [--sizes 512,2048,...] [--decode 4096,16384,...] "
+                   "[--decode-gqa 32768,...]\n",
                    argv[0]);
       return 2;
     }
@@ -284,7 +296,11 @@ int main(int argc, char** argv) {
       add(run_decode(n, threads, GGML_TYPE_F32, std::max(reps, 21), rng));
       add(run_decode(n, threads, GGML_TYPE_F16, std::max(reps, 21), rng));
     }
-    if (!decode_sizes.empty()) continue;
+    for (int n : gqa_sizes) {
+      add(run_decode(n, threads, GGML_TYPE_F32, std::max(reps, 21), rng, 32, 8, 128));
+      add(run_decode(n, threads, GGML_TYPE_F16, std::max(reps, 21), rng, 32, 8, 128));
+    }
+    if (!decode_sizes.empty() || !gqa_sizes.empty()) continue;
     for (int n : sizes) {
       const int r = n <= 4096 ? reps : std::max(1, reps / 2);
       for (bool causal : {false, true}) {

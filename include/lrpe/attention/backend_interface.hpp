@@ -14,6 +14,7 @@
  * | `call_guard(b)` | every attention entry point, held for the call | holds nothing |
  * | `softmax_kernel(b, problem, logits, value_term, reweight)` | `softmax_attention` | none: compile error |
  * | the same on `softmax_problem<float, S>` (`softmax_storage_kernel`) | `softmax_attention` with 16-bit K or V | K and V widened to float |
+ * | `paged_decode_kernel(b, q, k, v, tables, out, encodings, options)` (attention/paged_kv.hpp) | `softmax_attention_paged` | each sequence's rows copied out, then `softmax_attention` |
  * | `softmax_backward_kernel(b, problem, content, logits, reweight)` | `softmax_attention_backward` | none: compile error |
  * | `acquire_feature_scratch(b, scratch, nq, nk, f)` | softmax and linear, linearizable encodings | two matrices per call |
  * | `encode_features_kernel(b, enc, side, x, pos, out)` | softmax, linearizable encodings | row by row |

@@ -110,14 +110,17 @@ void paged_decode_kernel(const Backend& backend, const heads_view<const T>& q, c
  *         table entry outside the pool or a sequence longer than its table), parameter_error
  *         (positions set, engine options out of range), domain_error (a NaN option).
  */
-template <class T, class SK, class SV, class Encodings, class Backend = backend::reference>
-void softmax_attention_paged(const heads_view<const T>& q, const paged_kv_view<const SK>& k_cache,
-                             const paged_kv_view<const SV>& v_cache, const block_tables& tables,
+template <class TQ, class SK, class SV, class T, class Encodings, class Backend = backend::reference>
+void softmax_attention_paged(const heads_view<TQ>& q, const paged_kv_view<SK>& k_cache,
+                             const paged_kv_view<SV>& v_cache, const block_tables& tables,
                              const heads_view<T>& out, const Encodings& encodings, const softmax_options<>& options = {},
                              Backend backend = {}) {
   constexpr const char* where = "lrpe::softmax_attention_paged";
+  static_assert(!std::is_const_v<T>, "lrpe::softmax_attention_paged: out must be a mutable heads_view");
+  static_assert(std::is_same_v<std::remove_const_t<TQ>, T>,
+                "lrpe::softmax_attention_paged: q and out must have the same scalar type (float or double)");
   using Encoding = std::remove_cvref_t<decltype(detail::head_encoding(encodings, 0, 1, where))>;
-  static_assert(std::is_same_v<compute_t<SK>, T> && std::is_same_v<compute_t<SV>, T>,
+  static_assert(std::is_same_v<compute_t<std::remove_const_t<SK>>, T> && std::is_same_v<compute_t<std::remove_const_t<SV>>, T>,
                 "lrpe::softmax_attention_paged: the caches must hold T, or 16-bit storage of it (lrpe::half, "
                 "lrpe::bfloat16 with T = float)");
   static_assert(std::is_same_v<Encoding, no_encoding> || additive_encoding<Encoding>,
@@ -155,7 +158,8 @@ void softmax_attention_paged(const heads_view<const T>& q, const paged_kv_view<c
   softmax_options<> resolved = options;  // (every head's default scale is its width's: one encoding type)
   resolved.scale = detail::softmax_scale<T>(detail::head_encoding(encodings, 0, q.heads, where), options, q.dim, where);
   using backend::paged_decode_kernel;
-  paged_decode_kernel(backend, q, k_cache, v_cache, tables, out, encodings, resolved);
+  paged_decode_kernel(backend, detail::as_const_heads(q), detail::as_const_paged(k_cache), detail::as_const_paged(v_cache),
+                      tables, out, encodings, resolved);
 }
 
 }  // namespace v0

@@ -96,6 +96,11 @@ paged_rows<S> paged_rows_of(const paged_kv_view<S>& cache, const block_tables& t
           cache.dim};
 }
 
+template <class S>
+paged_kv_view<const S> as_const_paged(const paged_kv_view<S>& c) noexcept {
+  return {c.data, c.blocks, c.block_size, c.heads, c.dim, c.block_stride, c.head_stride, c.row_stride};
+}
+
 /// Checks a paged view: non-negative sizes, a power-of-two block size, data when non-empty.
 template <class S>
 void validate_paged(const paged_kv_view<S>& c, const char* where, const char* arg) {
