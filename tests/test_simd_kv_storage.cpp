@@ -454,3 +454,77 @@ TEST_CASE("paged KV cache: errors name the argument") {
 }
 
 }  // namespace
+
+namespace {
+
+/// append_kv_paged against append_kv into contiguous caches: two sequences of different lengths
+/// grown by a prefill and single-token steps, every row compared (bitwise) through the test's own
+/// index arithmetic.
+template <class S, class Enc, class Backend>
+void append_paged_case(const Enc& enc, index_t f, Backend backend) {
+  const index_t kv_heads = 2, d = 16, dv = 8, block = 4, blocks = 12, capacity = 24;
+  const std::vector<std::int32_t> table{7, 2, 9, 0, 5, 11, 1, 3, 10, 4, 6, 8};  // stride 6: sequence b at 6b
+  std::vector<S> kp(static_cast<std::size_t>(blocks * block * kv_heads * f), S(7.0f)), vp(static_cast<std::size_t>(blocks * block * kv_heads * dv), S(7.0f));
+  const auto k_pages = lrpe::paged_hnd(kp.data(), blocks, block, kv_heads, f);
+  const auto v_pages = lrpe::paged_hnd(vp.data(), blocks, block, kv_heads, dv);
+  std::vector<S> kc(static_cast<std::size_t>(2 * kv_heads * capacity * f)), vc(static_cast<std::size_t>(2 * kv_heads * capacity * dv));
+  lrpe::generator g(91);
+  std::vector<index_t> lengths{0, 0};
+  const std::vector<index_t> grow0{5, 1, 1, 1}, grow1{3, 1, 1, 1};  // sequence 1 starts later (positions differ)
+  for (std::size_t step = 0; step < grow0.size(); ++step) {
+    for (index_t b = 0; b < 2; ++b) {
+      const index_t m = b == 0 ? grow0[step] : grow1[step];
+      const rm<float> kn = random_matrix<float>(g, kv_heads * m, d), vn = random_matrix<float>(g, kv_heads * m, dv);
+      const index_t n_past = lengths[static_cast<std::size_t>(b)];
+      lengths[static_cast<std::size_t>(b)] += m;
+      // one sequence per call here (the tables' batch is 1: sequence b's row of the table)
+      const std::vector<index_t> len1{lengths[static_cast<std::size_t>(b)]};
+      const lrpe::block_tables t{std::span<const std::int32_t>(table).subspan(static_cast<std::size_t>(6 * b), 6), 6, len1};
+      lrpe::append_kv_paged(lrpe::bnsh(kn.data(), 1, kv_heads, m, d), lrpe::bnsh(vn.data(), 1, kv_heads, m, dv), k_pages,
+                            v_pages, t, enc, backend);
+      lrpe::append_kv(lrpe::bnsh(kn.data(), 1, kv_heads, m, d), lrpe::bnsh(vn.data(), 1, kv_heads, m, dv),
+                      lrpe::bnsh(kc.data() + b * kv_heads * capacity * f, 1, kv_heads, capacity, f),
+                      lrpe::bnsh(vc.data() + b * kv_heads * capacity * dv, 1, kv_heads, capacity, dv), n_past, enc,
+                      std::nullopt, backend);
+    }
+  }
+  const auto bits = [](S x) { return Eigen::numext::bit_cast<std::conditional_t<sizeof(S) == 2, std::uint16_t, std::uint32_t>>(x); };
+  for (index_t b = 0; b < 2; ++b)
+    for (index_t h = 0; h < kv_heads; ++h)
+      for (index_t j = 0; j < lengths[static_cast<std::size_t>(b)]; ++j) {
+        const index_t blk = table[static_cast<std::size_t>(6 * b + j / block)], r = j % block;
+        for (index_t c = 0; c < f; ++c)
+          CHECK(bits(kp[static_cast<std::size_t>(((blk * kv_heads + h) * block + r) * f + c)]) ==
+                bits(kc[static_cast<std::size_t>(((b * kv_heads + h) * capacity + j) * f + c)]));
+        for (index_t c = 0; c < dv; ++c)
+          CHECK(bits(vp[static_cast<std::size_t>(((blk * kv_heads + h) * block + r) * dv + c)]) ==
+                bits(vc[static_cast<std::size_t>(((b * kv_heads + h) * capacity + j) * dv + c)]));
+      }
+}
+
+TEST_CASE("append_kv_paged: the rows append_kv writes, in the sequences' blocks") {
+  const lrpe::rope_neox<float> rope(16, 1e4);
+  const lrpe::type1<float> t1(16);
+  for (const bool simd : {false, true}) {
+    CAPTURE(simd);
+    const auto run = [&](auto backend) {
+      append_paged_case<lrpe::bfloat16>(rope, 16, backend);
+      append_paged_case<lrpe::half>(t1, static_cast<index_t>(t1.feature_dim()), backend);
+      append_paged_case<float>(rope, 16, backend);
+      append_paged_case<float>(lrpe::no_encoding{}, 16, backend);
+    };
+    if (simd) run(lrpe::backend::simd<>{});
+    else run(lrpe::backend::reference{});
+  }
+  // a sequence whose length does not count the new rows
+  std::vector<float> kp(4 * 4 * 16), vp(kp.size()), kn(16), vn(16);
+  const std::vector<std::int32_t> table{0};
+  const std::vector<index_t> len{0};
+  CHECK_THROWS_AS(lrpe::append_kv_paged(lrpe::bnsh(static_cast<const float*>(kn.data()), 1, 1, 1, 16),
+                                        lrpe::bnsh(static_cast<const float*>(vn.data()), 1, 1, 1, 16),
+                                        lrpe::paged_nhd(kp.data(), 4, 4, 1, 16), lrpe::paged_nhd(vp.data(), 4, 4, 1, 16),
+                                        lrpe::block_tables{table, 1, len}, lrpe::no_encoding{}),
+                  lrpe::shape_error);
+}
+
+}  // namespace

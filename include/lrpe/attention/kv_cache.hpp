@@ -11,6 +11,7 @@
 #include <lrpe/attention/options.hpp>
 #include <lrpe/core/error.hpp>
 #include <lrpe/core/heads.hpp>
+#include <lrpe/core/paged.hpp>
 #include <lrpe/core/storage.hpp>
 #include <lrpe/detail/angle.hpp>
 #include <lrpe/detail/small_buffer.hpp>
@@ -41,6 +42,84 @@ void store_row(const T* x, S* y, index_t n) noexcept {
     std::copy(x, x + n, y);
   } else {
     for (index_t i = 0; i < n; ++i) y[i] = narrow<S>(x[i]);
+  }
+}
+
+/// The cache's key width: k_new's (no encoding) or the encoder's feature width.
+template <class T, class Encoding>
+void require_key_width(const heads_view<const T>& k_new, index_t cache_dim, const Encoding& encoding, const char* where,
+                       const char* arg) {
+  if constexpr (std::is_same_v<Encoding, no_encoding>) {
+    require_equal(cache_dim, k_new.dim, where, arg, "k_new.dim");
+  } else {
+    static_assert(lrpe_encoder<Encoding>, "lrpe::append_kv: the encoding must be lrpe::no_encoding or an lrpe::encoder");
+    static_assert(std::is_same_v<typename Encoding::scalar, T>, "lrpe::append_kv: the encoder's scalar must be T");
+    require_equal(k_new.dim, static_cast<index_t>(encoding.dim()), where, "k_new.dim", "encoding.dim()");
+    require_equal(cache_dim, static_cast<index_t>(encoding.feature_dim()), where, arg, "encoding.feature_dim()");
+  }
+}
+
+/**
+ * The rows of `append_kv` and `append_kv_paged` on validated arguments: row i of (b, h) of
+ * k_new (encoded at positions_of(b)[i]) into k_row(b, h, i), v_new's into v_row(b, h, i).
+ * RoPE and its family form each token's cos and sin once for all heads (and for all sequences
+ * at the same position), as `lambda::rotation::apply` forms them; other encoders run
+ * `lrpe::encode` on the backend into a T scratch, which is then stored.
+ */
+template <class T, class PositionsOf, class KRow, class VRow, class Encoding, class Backend>
+void append_rows(const heads_view<const T>& k_new, const heads_view<const T>& v_new, const PositionsOf& positions_of,
+                 const KRow& k_row, const VRow& v_row, const Encoding& encoding, const Backend& backend) {
+  const index_t m = k_new.seq;
+  if (m == 0) return;
+  const auto store_v = [&](index_t b, index_t h, index_t i) { store_row(v_new.head(b, h).row(i), v_row(b, h, i), v_new.dim); };
+  if constexpr (std::is_base_of_v<encoder<p::identity<T>, lambda::rotation<T>>, Encoding>) {
+    const lambda::rotation<T>& rot = encoding.lambda();
+    const auto half = static_cast<index_t>(rot.frequencies().size());
+    small_buffer<T> c(half), sn(half);
+    bool have = false;
+    position_t at = 0;
+    for (index_t i = 0; i < m; ++i) {
+      for (index_t b = 0; b < k_new.batch; ++b) {
+        const position_t p = positions_of(b)[i];
+        if (!have || p != at) {
+          for (index_t j = 0; j < half; ++j) {
+            const auto [cj, sj] = angle_cos_sin(p, rot.frequencies()[static_cast<std::size_t>(j)]);
+            c[j] = static_cast<T>(cj);
+            sn[j] = static_cast<T>(sj);
+          }
+          have = true;
+          at = p;
+        }
+        for (index_t h = 0; h < k_new.heads; ++h) {
+          const T* x = k_new.head(b, h).row(i);
+          auto* y = k_row(b, h, i);
+          using SK = std::remove_pointer_t<decltype(y)>;
+          for (index_t j = 0; j < half; ++j) {
+            const auto [u, w] = rot.pair(j);
+            const T a = x[u], bb = x[w];
+            y[u] = narrow<SK>(a * c[j] - bb * sn[j]);
+            y[w] = narrow<SK>(bb * c[j] + a * sn[j]);
+          }
+          store_row(x + 2 * half, y + 2 * half, k_new.dim - 2 * half);
+          store_v(b, h, i);
+        }
+      }
+    }
+  } else {
+    row_matrix<T> encoded;
+    for (index_t b = 0; b < k_new.batch; ++b) {
+      for (index_t h = 0; h < k_new.heads; ++h) {
+        const auto k_in = k_new.head(b, h);
+        if constexpr (std::is_same_v<Encoding, no_encoding>) {
+          for (index_t i = 0; i < m; ++i) store_row(k_in.row(i), k_row(b, h, i), k_in.cols);
+        } else {
+          encoded.resize(m, static_cast<index_t>(encoding.feature_dim()));
+          encode(backend, encoding, k_in, positions_of(b), view(encoded));
+          for (index_t i = 0; i < m; ++i) store_row(&encoded(i, 0), k_row(b, h, i), encoded.cols());
+        }
+        for (index_t i = 0; i < m; ++i) store_v(b, h, i);
+      }
+    }
   }
 }
 
@@ -98,65 +177,60 @@ void append_kv(const heads_view<const T>& k_new, const heads_view<const T>& v_ne
                         detail::lazy_concat("must leave room for k_new.seq = ", m, " rows in the cache's ",
                                             k_cache.seq),
                         n_past);
-  if constexpr (std::is_same_v<Encoding, no_encoding>) {
-    detail::require_equal(k_new.dim, k_cache.dim, where, "k_new.dim", "k_cache.dim");
-  } else {
-    static_assert(lrpe_encoder<Encoding>, "lrpe::append_kv: the encoding must be lrpe::no_encoding or an lrpe::encoder");
-    static_assert(std::is_same_v<typename Encoding::scalar, T>, "lrpe::append_kv: the encoder's scalar must be T");
-    detail::require_equal(k_new.dim, static_cast<index_t>(encoding.dim()), where, "k_new.dim", "encoding.dim()");
-    detail::require_equal(k_cache.dim, static_cast<index_t>(encoding.feature_dim()), where, "k_cache.dim",
-                          "encoding.feature_dim()");
-  }
+  detail::require_key_width(k_new, k_cache.dim, encoding, where, "k_cache.dim");
   const positions at = pos.value_or(positions(n_past));
   at.require_rows(m, where, "pos");
-  if (m == 0) return;
-  const auto rows = [&](const auto& cache, index_t b, index_t h) { return detail::row_block(cache.head(b, h), n_past, m); };
-  if constexpr (std::is_base_of_v<encoder<p::identity<T>, lambda::rotation<T>>, Encoding>) {
-    // RoPE and its family: every head's row i turns by the same angles, cos and sin of token i
-    // formed once (as lambda::rotation::apply forms them) and applied to all heads
-    const lambda::rotation<T>& rot = encoding.lambda();
-    const auto half = static_cast<index_t>(rot.frequencies().size());
-    detail::small_buffer<T> c(half), sn(half);
-    for (index_t i = 0; i < m; ++i) {
-      for (index_t j = 0; j < half; ++j) {
-        const auto [cj, sj] = detail::angle_cos_sin(at[i], rot.frequencies()[static_cast<std::size_t>(j)]);
-        c[j] = static_cast<T>(cj);
-        sn[j] = static_cast<T>(sj);
-      }
-      for (index_t b = 0; b < k_new.batch; ++b) {
-        for (index_t h = 0; h < k_new.heads; ++h) {
-          const T* x = k_new.head(b, h).row(i);
-          SK* y = k_cache.head(b, h).row(n_past + i);
-          for (index_t j = 0; j < half; ++j) {
-            const auto [u, w] = rot.pair(j);
-            const T a = x[u], bb = x[w];
-            y[u] = narrow<SK>(a * c[j] - bb * sn[j]);
-            y[w] = narrow<SK>(bb * c[j] + a * sn[j]);
-          }
-          detail::store_row(x + 2 * half, y + 2 * half, k_new.dim - 2 * half);
-          const auto v_in = v_new.head(b, h);
-          detail::store_row(v_in.row(i), v_cache.head(b, h).row(n_past + i), v_in.cols);
-        }
-      }
-    }
-    return;
-  }
-  for (index_t b = 0; b < k_new.batch; ++b) {
-    for (index_t h = 0; h < k_new.heads; ++h) {
-      const auto k_out = rows(k_cache, b, h), v_out = rows(v_cache, b, h);
-      const auto k_in = k_new.head(b, h), v_in = v_new.head(b, h);
-      if constexpr (std::is_same_v<Encoding, no_encoding>) {
-        for (index_t i = 0; i < m; ++i) detail::store_row(k_in.row(i), k_out.row(i), k_in.cols);
-      } else if constexpr (std::is_same_v<SK, T>) {
-        encode(backend, encoding, k_in, at, k_out);
-      } else {  // encoded in T, then rounded into the cache
-        row_matrix<T> encoded(m, k_out.cols);
-        encode(backend, encoding, k_in, at, view(encoded));
-        for (index_t i = 0; i < m; ++i) detail::store_row(&encoded(i, 0), k_out.row(i), k_out.cols);
-      }
-      for (index_t i = 0; i < m; ++i) detail::store_row(v_in.row(i), v_out.row(i), v_in.cols);
-    }
-  }
+  detail::append_rows(
+      k_new, v_new, [&](index_t) { return at; }, [&](index_t b, index_t h, index_t i) { return k_cache.head(b, h).row(n_past + i); },
+      [&](index_t b, index_t h, index_t i) { return v_cache.head(b, h).row(n_past + i); }, encoding, backend);
+}
+
+/**
+ * `append_kv` into a paged cache (core/paged.hpp): sequence b's m new rows (m = k_new.seq) go to
+ * its rows lengths[b] − m … lengths[b] − 1 (the tables already count them: grow a sequence's
+ * length, and give it a new block when it crosses one, before the call), its keys encoded at
+ * those positions. The layout of `softmax_attention_paged`, which then reads them.
+ *
+ * @param k_new, v_new  batch × kv heads × m × d (d_v).
+ * @param k_pages, v_pages the pools, in T or 16-bit storage of T (rows rounded once).
+ * @throws shape_error (heads, widths, the tables as `softmax_attention_paged` checks them, a
+ *         sequence shorter than m).
+ */
+template <class T, class SK, class SV, class Encoding, class Backend = backend::reference>
+void append_kv_paged(const heads_view<const T>& k_new, const heads_view<const T>& v_new,
+                     const paged_kv_view<SK>& k_pages, const paged_kv_view<SV>& v_pages, const block_tables& tables,
+                     const Encoding& encoding, Backend backend = {}) {
+  constexpr const char* where = "lrpe::append_kv_paged";
+  static_assert(!std::is_const_v<SK> && !std::is_const_v<SV>, "lrpe::append_kv_paged: the pools must be mutable views");
+  static_assert(std::is_same_v<compute_t<SK>, T> && std::is_same_v<compute_t<SV>, T>,
+                "lrpe::append_kv_paged: the pools must hold T, or 16-bit storage of it (lrpe::half, lrpe::bfloat16 "
+                "with T = float)");
+  detail::validate_heads(k_new, where, "k_new");
+  detail::validate_heads(v_new, where, "v_new");
+  detail::validate_paged(k_pages, where, "k_pages");
+  detail::validate_paged(v_pages, where, "v_pages");
+  detail::require_equal(v_pages.blocks, k_pages.blocks, where, "v_pages.blocks", "k_pages.blocks");
+  detail::require_equal(v_pages.block_size, k_pages.block_size, where, "v_pages.block_size", "k_pages.block_size");
+  detail::require_shape(v_new.batch == k_new.batch && v_new.heads == k_new.heads && v_new.seq == k_new.seq, where,
+                        "v_new", detail::lazy_concat("must have batch x heads x seq = ", k_new.batch, "x", k_new.heads,
+                                                     "x", k_new.seq),
+                        detail::lazy_concat(v_new.batch, "x", v_new.heads, "x", v_new.seq));
+  detail::require_equal(k_pages.heads, k_new.heads, where, "k_pages.heads", "k_new.heads");
+  detail::require_equal(v_pages.heads, k_new.heads, where, "v_pages.heads", "k_new.heads");
+  detail::require_equal(v_pages.dim, v_new.dim, where, "v_pages.dim", "v_new.dim");
+  detail::require_key_width(k_new, k_pages.dim, encoding, where, "k_pages.dim");
+  detail::validate_block_tables(tables, k_new.batch, k_pages.blocks, k_pages.block_size, where);
+  const index_t m = k_new.seq;
+  for (index_t b = 0; b < k_new.batch; ++b)
+    detail::require_shape(tables.lengths[static_cast<std::size_t>(b)] >= m, where, "tables.lengths[b]",
+                          detail::lazy_concat("must count the k_new.seq = ", m, " new rows"),
+                          tables.lengths[static_cast<std::size_t>(b)]);
+  const auto first = [&](index_t b) { return tables.lengths[static_cast<std::size_t>(b)] - m; };
+  detail::append_rows(
+      k_new, v_new, [&](index_t b) { return positions(first(b)); },
+      [&](index_t b, index_t h, index_t i) { return detail::paged_rows_of(k_pages, tables, b, h).row(first(b) + i); },
+      [&](index_t b, index_t h, index_t i) { return detail::paged_rows_of(v_pages, tables, b, h).row(first(b) + i); },
+      encoding, backend);
 }
 
 }  // namespace v0

@@ -20,32 +20,6 @@
 namespace lrpe {
 inline namespace v0 {
 
-namespace detail {
-
-/// Every used entry of the block tables names a block of the pool; each sequence's blocks fit
-/// its stride and the table.
-inline void validate_block_tables(const block_tables& t, index_t batch, index_t blocks, index_t block_size,
-                                  const char* where) {
-  require_size(static_cast<index_t>(t.lengths.size()), batch, where, "tables.lengths");
-  require_shape(t.stride >= 0, where, "tables.stride", "must be >= 0", t.stride);
-  for (index_t b = 0; b < batch; ++b) {
-    const index_t len = t.lengths[static_cast<std::size_t>(b)];
-    require_shape(len >= 0, where, "tables.lengths[b]", "must be >= 0", len);
-    const index_t used = len / block_size + (len % block_size != 0 ? 1 : 0);
-    require_shape(used <= t.stride, where, "tables.lengths[b]",
-                  lazy_concat("must fit the table's stride: ceil(lengths[b] / block_size) <= ", t.stride), len);
-    require_shape(b * t.stride + used <= static_cast<index_t>(t.blocks.size()), where, "tables.blocks",
-                  lazy_concat("must hold batch x stride entries (sequence ", b, " reads ", b * t.stride + used, ")"),
-                  t.blocks.size());
-    for (index_t i = 0; i < used; ++i) {
-      const std::int32_t blk = t.blocks[static_cast<std::size_t>(b * t.stride + i)];
-      require_shape(blk >= 0 && blk < blocks, where, "tables.blocks[b*stride + i]",
-                    lazy_concat("must name a block of the pool, 0 ... ", blocks - 1), blk);
-    }
-  }
-}
-
-}  // namespace detail
 
 namespace backend {
 
