@@ -207,16 +207,12 @@ void append_kv_paged(const heads_view<const T>& k_new, const heads_view<const T>
                 "with T = float)");
   detail::validate_heads(k_new, where, "k_new");
   detail::validate_heads(v_new, where, "v_new");
-  detail::validate_paged(k_pages, where, "k_pages");
-  detail::validate_paged(v_pages, where, "v_pages");
-  detail::require_equal(v_pages.blocks, k_pages.blocks, where, "v_pages.blocks", "k_pages.blocks");
-  detail::require_equal(v_pages.block_size, k_pages.block_size, where, "v_pages.block_size", "k_pages.block_size");
+  detail::validate_paged_pair(k_pages, v_pages, where, "k_pages", "v_pages");
   detail::require_shape(v_new.batch == k_new.batch && v_new.heads == k_new.heads && v_new.seq == k_new.seq, where,
                         "v_new", detail::lazy_concat("must have batch x heads x seq = ", k_new.batch, "x", k_new.heads,
                                                      "x", k_new.seq),
                         detail::lazy_concat(v_new.batch, "x", v_new.heads, "x", v_new.seq));
   detail::require_equal(k_pages.heads, k_new.heads, where, "k_pages.heads", "k_new.heads");
-  detail::require_equal(v_pages.heads, k_new.heads, where, "v_pages.heads", "k_new.heads");
   detail::require_equal(v_pages.dim, v_new.dim, where, "v_pages.dim", "v_new.dim");
   detail::require_key_width(k_new, k_pages.dim, encoding, where, "k_pages.dim");
   detail::validate_block_tables(tables, k_new.batch, k_pages.blocks, k_pages.block_size, where);

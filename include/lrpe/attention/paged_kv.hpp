@@ -103,11 +103,7 @@ void softmax_attention_paged(const heads_view<TQ>& q, const paged_kv_view<SK>& k
   detail::require_softmax_types<T, Encoding, no_reweighting>();
   detail::validate_heads(q, where, "q");
   detail::validate_heads(out, where, "out");
-  detail::validate_paged(k_cache, where, "k_cache");
-  detail::validate_paged(v_cache, where, "v_cache");
-  detail::require_equal(v_cache.blocks, k_cache.blocks, where, "v_cache.blocks", "k_cache.blocks");
-  detail::require_equal(v_cache.block_size, k_cache.block_size, where, "v_cache.block_size", "k_cache.block_size");
-  detail::require_equal(v_cache.heads, k_cache.heads, where, "v_cache.heads", "k_cache.heads");
+  detail::validate_paged_pair(k_cache, v_cache, where, "k_cache", "v_cache");
   detail::require_shape(k_cache.heads >= 1 && q.heads % k_cache.heads == 0, where, "k_cache.heads",
                         detail::lazy_concat("must be >= 1 and divide q.heads = ", q.heads), k_cache.heads);
   detail::require_equal(k_cache.dim, q.dim, where, "k_cache.dim", "q.dim");

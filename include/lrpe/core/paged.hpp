@@ -112,6 +112,18 @@ void validate_paged(const paged_kv_view<S>& c, const char* where, const char* ar
                 "nullptr");
 }
 
+/// A K and a V pool that go together: each valid, the same blocks, block size and heads.
+template <class SK, class SV>
+void validate_paged_pair(const paged_kv_view<SK>& k, const paged_kv_view<SV>& v, const char* where, const char* k_arg,
+                         const char* v_arg) {
+  validate_paged(k, where, k_arg);
+  validate_paged(v, where, v_arg);
+  require_shape(v.blocks == k.blocks && v.block_size == k.block_size && v.heads == k.heads, where, v_arg,
+                lazy_concat("must have the blocks, block_size and heads of ", k_arg, " (", k.blocks, ", ", k.block_size,
+                            ", ", k.heads, ")"),
+                lazy_concat(v.blocks, ", ", v.block_size, ", ", v.heads));
+}
+
 /// Every used entry of the block tables names a block of the pool; each sequence's blocks fit
 /// its stride and the table.
 inline void validate_block_tables(const block_tables& t, index_t batch, index_t blocks, index_t block_size,
