@@ -80,6 +80,10 @@ struct paged_rows {
   int shift = 0;                        ///< log2(block_size)
   index_t block_stride = 0, row_stride = 0;
   index_t rows = 0, cols = 0;
+  /// Rows j … j + n − 1 lie in one block (row_stride apart).
+  [[nodiscard]] bool same_block(index_t j, index_t n) const noexcept {
+    return (j & ((index_t(1) << shift) - 1)) + n <= (index_t(1) << shift);
+  }
   [[nodiscard]] S* row(index_t j) const noexcept {
     return data + static_cast<index_t>(table[j >> shift]) * block_stride + (j & ((index_t(1) << shift) - 1)) * row_stride;
   }

@@ -419,16 +419,17 @@ void softmax_query_tile(const softmax_problem<T>& p, const matrix_view<const T>&
  * consecutive keys are reached by the row stride) or a paged cache's rows (`paged_rows`, each
  * key's row looked up in the block table).
  *
- * One function on purpose (~190 lines): split into stages (the state in a struct, each stage
- * an always-inline function), the same operations in the same order made long decode steps
- * measurably slower (bench/results/issue37-before-after.md#the-direct-softmax-kernel), where
- * the tiled kernel above lost nothing. The stages are marked by comments instead.
+ * One function on purpose (~220 lines, the scores of a block as an always-inline lambda over
+ * the key source): split into stages (the state in a struct, each stage an always-inline
+ * function), the same operations in the same order made long decode steps measurably slower
+ * (bench/results/issue37-before-after.md#the-direct-softmax-kernel), where the tiled kernel
+ * above lost nothing. The stages are marked by comments instead.
  */
 template <index_t G, class T, class A, class Bias, class SV, class KRows, class VRows>
 void softmax_direct_rows(const softmax_problem<T, SV>& p, const matrix_view<const T>& q, const KRows& k,
                          const VRows& v, T qscale, T cap, const Bias& bias, index_t i0, simd_workspace& ws) {
   using SK = std::remove_cvref_t<decltype(*k.row(0))>;
-  constexpr bool strided = !lrpe::detail::is_paged_rows_v<KRows>;
+  constexpr bool widen_block = half_precision<SK> && G > 1;
   using B = xsimd::batch<T, A>;
   constexpr index_t W = static_cast<index_t>(B::size), BK = 4 * W, VU = 4;
   constexpr T neg_inf = -std::numeric_limits<T>::infinity();
@@ -463,59 +464,89 @@ void softmax_direct_rows(const softmax_problem<T, SV>& p, const matrix_view<cons
     n_vis = std::max(j_first, visible_keys(p.mask, q_max, p.k_positions[0], p.nk).second);
   }
 
-  // K and V of the keys read past L2: the next block's V rows are prefetched, W of them per key
-  // vector of the block (softmax_direct_prefetch_bytes)
+  // K and V of the keys read past L2: the next block's K and V rows are prefetched, W of them per
+  // key vector of the block (softmax_direct_prefetch_bytes)
   const bool prefetch =
       static_cast<std::size_t>(n_vis) * static_cast<std::size_t>(d + dv) * sizeof(T) >= softmax_direct_prefetch_bytes;
+
+  // S = Q̂Kᵀ of one row over keys.row(base) … keys.row(base + bk − 1): per key W partial sums,
+  // reduced W keys at a time; W keys a row stride apart (a strided view, or a paged run inside
+  // one block) are read by stepping, other paged keys through W row pointers
+  const auto block_scores = [&](const auto& keys, index_t base, index_t j0, index_t bk, const T* qr, T* sr,
+                                index_t r) LRPE_ALWAYS_INLINE_LAMBDA {
+    using R = std::remove_cvref_t<decltype(keys)>;
+    using SR = std::remove_cvref_t<decltype(*keys.row(0))>;
+    constexpr bool paged = lrpe::detail::is_paged_rows_v<R>;
+    for (index_t u = 0; u * W < bk; ++u) {
+      if (prefetch && r == 0) {
+        const index_t jp = j0 + BK + u * W, je = std::min(jp + W, n_vis);
+        for (index_t j = jp; j < je; ++j) {
+          prefetch_row<3>(v.row(j), dv);
+          if constexpr (!widen_block) prefetch_row<3>(k.row(j), d);  // (a tile's: bench/results/issue39-kv-storage.md)
+        }
+      }
+      // W independent accumulators, one per key (a key past the block reads the block's last
+      // key; the mask discards it)
+      const index_t last = bk - 1 - u * W;
+      B part[W];
+      for (index_t jj = 0; jj < W; ++jj) part[jj] = B(T(0));
+      bool run = last >= W - 1;
+      if constexpr (paged) run = run && keys.same_block(base + u * W, W);
+      if (run) {
+        const index_t ks = keys.row_stride;
+        for (index_t c = 0; c < dw; c += W) {
+          const B qc = B::load_aligned(qr + c);
+          const SR* kr = keys.row(base + u * W) + c;
+          for (index_t jj = 0; jj < W; ++jj, kr += ks) part[jj] = compat::fma(qc, load_stored<A>(kr), part[jj]);
+        }
+      } else if constexpr (paged) {
+        const SR* kr[W];
+        for (index_t jj = 0; jj < W; ++jj) kr[jj] = keys.row(base + u * W + std::min(jj, last));
+        for (index_t c = 0; c < dw; c += W) {
+          const B qc = B::load_aligned(qr + c);
+          for (index_t jj = 0; jj < W; ++jj) part[jj] = compat::fma(qc, load_stored<A>(kr[jj] + c), part[jj]);
+        }
+      } else {
+        for (index_t c = 0; c < dw; c += W) {
+          const B qc = B::load_aligned(qr + c);
+          for (index_t jj = 0; jj <= last; ++jj)
+            part[jj] = compat::fma(qc, load_stored<A>(keys.row(base + u * W + jj) + c), part[jj]);
+        }
+      }
+      compat::haddp(part).store_aligned(sr + u * W);
+    }
+    if (dw < d) {  // the last d mod W features
+      for (index_t j = 0; j < bk; ++j) {
+        const SR* kr = keys.row(base + j);
+        T t = 0;
+        for (index_t c = dw; c < d; ++c) t = lrpe::detail::mul_add(qr[c], widen(kr[c]), t);
+        sr[j] += t;
+      }
+    }
+  };
+  T* kt = widen_block ? ws.get<T>(simd_workspace::k_packed, BK * dp) : nullptr;
 
   for (index_t j0 = j_first; j0 < n_vis; j0 += BK) {
     const index_t bk = std::min(BK, n_vis - j0);
     // S = Q̂Kᵀ: per key W partial sums, reduced W keys at a time; the K block stays in L1 for
     // the group's other rows
+    // 16-bit keys read by several rows: the block's keys widened once, into a float tile that
+    // every row reads (each row would widen every K vector again)
+    matrix_view<const T> k_tile;
+    if constexpr (widen_block) {
+      for (index_t j = 0; j < bk; ++j) {
+        const SK* src = k.row(j0 + j);
+        T* dst = kt + j * dp;
+        for (index_t c = 0; c < dw; c += W) load_stored<A>(src + c).store_aligned(dst + c);
+        for (index_t c = dw; c < d; ++c) dst[c] = widen(src[c]);
+      }
+      k_tile = matrix_view<const T>(kt, bk, d, dp);
+    }
     for (index_t r = 0; r < G; ++r) {
       const T* qr = qt + r * dp;
       T* sr = st + r * BK;
-      for (index_t u = 0; u * W < bk; ++u) {
-        if (prefetch && r == 0) {
-          const index_t jp = j0 + BK + u * W, je = std::min(jp + W, n_vis);
-          for (index_t j = jp; j < je; ++j) prefetch_row<3>(v.row(j), dv);
-        }
-        // W independent accumulators, one per key (a key past the block reads the block's last
-        // key; the mask below discards it)
-        const index_t last = bk - 1 - u * W;
-        B part[W];
-        for (index_t jj = 0; jj < W; ++jj) part[jj] = B(T(0));
-        if constexpr (!strided) {  // each key's row from the block table, once per W keys
-          const SK* kr[W];
-          for (index_t jj = 0; jj < W; ++jj) kr[jj] = k.row(j0 + u * W + std::min(jj, last));
-          for (index_t c = 0; c < dw; c += W) {
-            const B qc = B::load_aligned(qr + c);
-            for (index_t jj = 0; jj < W; ++jj) part[jj] = compat::fma(qc, load_stored<A>(kr[jj] + c), part[jj]);
-          }
-        } else if (last >= W - 1) {
-          const index_t ks = k.row_stride;
-          for (index_t c = 0; c < dw; c += W) {
-            const B qc = B::load_aligned(qr + c);
-            const SK* kr = k.row(j0 + u * W) + c;
-            for (index_t jj = 0; jj < W; ++jj, kr += ks) part[jj] = compat::fma(qc, load_stored<A>(kr), part[jj]);
-          }
-        } else {
-          for (index_t c = 0; c < dw; c += W) {
-            const B qc = B::load_aligned(qr + c);
-            for (index_t jj = 0; jj <= last; ++jj)
-              part[jj] = compat::fma(qc, load_stored<A>(k.row(j0 + u * W + jj) + c), part[jj]);
-          }
-        }
-        compat::haddp(part).store_aligned(sr + u * W);
-      }
-      if (dw < d) {  // the last d mod W features
-        for (index_t j = 0; j < bk; ++j) {
-          const SK* kr = k.row(j0 + j);
-          T t = 0;
-          for (index_t c = dw; c < d; ++c) t = lrpe::detail::mul_add(qr[c], widen(kr[c]), t);
-          sr[j] += t;
-        }
-      }
+      if constexpr (widen_block) block_scores(k_tile, 0, j0, bk, qr, sr, r);
+      else block_scores(k, j0, j0, bk, qr, sr, r);
       if (cap != T(0)) soft_cap_rows<T, A>(sr, 1, BK, round_up(bk, W), cap);
       if constexpr (has_bias) {
         for (index_t j = 0; j < bk; ++j) sr[j] += bias_log2<T>(bias->bias(qpos[r], p.k_positions[j0 + j]));
