@@ -443,6 +443,16 @@ TEST_CASE("paged KV cache: errors name the argument") {
   const auto q3 = lrpe::bnsh(static_cast<const float*>(q.data()), 2, 3, 1, 16);
   const auto o3 = lrpe::bnsh(out.data(), 2, 3, 1, 16);
   CHECK_THROWS_AS(lrpe::softmax_attention_paged(q3, pc.k(), pc.v(), pc.tables(), o3, none), lrpe::shape_error);
+  // a stride past the table (its products would overflow), extents past index_t, a negative stride
+  t = pc.tables();
+  t.stride = std::numeric_limits<index_t>::max() / 2;
+  CHECK_THROWS_AS(lrpe::softmax_attention_paged(qv, pc.k(), pc.v(), t, ov, none), lrpe::shape_error);
+  std::vector<float> one(1);
+  CHECK_THROWS_AS(lrpe::paged_nhd(one.data(), index_t(1) << 40, 16, 8, index_t(1) << 20), lrpe::shape_error);
+  CHECK_THROWS_AS(lrpe::paged_hnd(one.data(), index_t(1) << 40, 16, 8, index_t(1) << 20), lrpe::shape_error);
+  k = pc.k();
+  k.row_stride = -16;
+  CHECK_THROWS_AS(lrpe::softmax_attention_paged(qv, k, pc.v(), pc.tables(), ov, none), lrpe::shape_error);
   try {
     k = pc.k();
     k.block_size = 12;

@@ -17,6 +17,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <type_traits>
 
@@ -47,16 +48,40 @@ struct paged_kv_view {
   }
 };
 
+namespace detail {
+
+/// The extents of a contiguous pool: when none is negative, the product of the nonzero ones must
+/// be an index_t, so that no stride overflows (negative ones are left to `validate_paged`).
+inline void require_pool_extents(const char* where, index_t blocks, index_t block_size, index_t heads, index_t dim) {
+  if (blocks < 0 || block_size < 0 || heads < 0 || dim < 0) return;
+  index_t total = 1;
+  for (const index_t e : {dim, heads, block_size, blocks}) {
+    if (e == 0) continue;
+    require_shape(total <= std::numeric_limits<index_t>::max() / e, where, "blocks*block_size*heads*dim",
+                  "must be an index_t (the strides and offsets of the pool)",
+                  lazy_concat(blocks, "x", block_size, "x", heads, "x", dim));
+    total *= e;
+  }
+}
+
+}  // namespace detail
+
 /// [blocks, block_size, heads, dim] contiguous (FlashInfer's NHD; a block's rows hold every head).
+/// @throws shape_error if blocks·block_size·heads·dim (of the nonzero extents) is not an index_t.
 template <class S>
 paged_kv_view<S> paged_nhd(S* data, index_t blocks, index_t block_size, index_t heads, index_t dim) {
-  return {data, blocks, block_size, heads, dim, block_size * heads * dim, dim, heads * dim};
+  detail::require_pool_extents("lrpe::paged_nhd", blocks, block_size, heads, dim);
+  const index_t row = detail::wrapping_product(heads, dim);
+  return {data, blocks, block_size, heads, dim, detail::wrapping_product(block_size, row), dim, row};
 }
 
 /// [blocks, heads, block_size, dim] contiguous (FlashInfer's HND: each head's rows together).
+/// @throws shape_error if blocks·heads·block_size·dim (of the nonzero extents) is not an index_t.
 template <class S>
 paged_kv_view<S> paged_hnd(S* data, index_t blocks, index_t block_size, index_t heads, index_t dim) {
-  return {data, blocks, block_size, heads, dim, heads * block_size * dim, block_size * dim, dim};
+  detail::require_pool_extents("lrpe::paged_hnd", blocks, block_size, heads, dim);
+  const index_t head = detail::wrapping_product(block_size, dim);
+  return {data, blocks, block_size, heads, dim, detail::wrapping_product(heads, head), head, dim};
 }
 
 /**
@@ -114,6 +139,9 @@ void validate_paged(const paged_kv_view<S>& c, const char* where, const char* ar
                 arg, "must have a block_size that is a power of two (1, 2, 4, ..., 16, ...)", c.block_size);
   require_shape(c.blocks == 0 || c.data != nullptr, where, arg, "must have non-null data when it has blocks",
                 "nullptr");
+  require_shape(c.block_stride >= 0 && c.head_stride >= 0 && c.row_stride >= 0, where, arg,
+                "must have non-negative strides",
+                lazy_concat(c.block_stride, ", ", c.head_stride, ", ", c.row_stride));
 }
 
 /// A K and a V pool that go together: each valid, the same blocks, block size and heads.
@@ -133,7 +161,9 @@ void validate_paged_pair(const paged_kv_view<SK>& k, const paged_kv_view<SV>& v,
 inline void validate_block_tables(const block_tables& t, index_t batch, index_t blocks, index_t block_size,
                                   const char* where) {
   require_size(static_cast<index_t>(t.lengths.size()), batch, where, "tables.lengths");
-  require_shape(t.stride >= 0, where, "tables.stride", "must be >= 0", t.stride);
+  require_shape(t.stride >= 0 && (batch <= 1 || t.stride <= static_cast<index_t>(t.blocks.size())), where,
+                "tables.stride", "must be >= 0, and at most tables.blocks.size() for a batch of several sequences",
+                t.stride);
   for (index_t b = 0; b < batch; ++b) {
     const index_t len = t.lengths[static_cast<std::size_t>(b)];
     require_shape(len >= 0, where, "tables.lengths[b]", "must be >= 0", len);
