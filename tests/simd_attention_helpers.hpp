@@ -123,6 +123,18 @@ double softmax_case(const shape& s, const Enc& enc, std::uint64_t seed, Backend 
   return diff(out, ref);
 }
 
+/// A pair-keyed bias over positions [0, 512) (every shape's, offsets and arrays): random
+/// buckets of a random table, so that no diagonal is constant (a kernel that evaluated it once
+/// per diagonal t − s would differ from the reference by O(1)).
+template <class T>
+lrpe::canonical::pair_bias<T> random_pair_bias(index_t d, std::uint64_t seed) {
+  lrpe::generator g(seed);
+  constexpr index_t n = 512, buckets = 11;
+  lrpe::canonical::index_matrix index(n, n);
+  for (index_t i = 0; i < index.size(); ++i) index.data()[i] = static_cast<std::int32_t>(g.below(buckets));
+  return lrpe::canonical::pair_bias<T>(d, std::move(index), random_matrix<T>(g, 1, buckets));
+}
+
 #define SHAPE_INFO(s)                                                                                      \
   INFO("nq=" << s.nq << " nk=" << s.nk << " d=" << s.d << " dv=" << s.dv << " causal=" << s.causal        \
              << " offsets=" << s.q_offset << "," << s.k_offset << " arrays=" << s.arrays)

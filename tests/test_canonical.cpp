@@ -9,6 +9,7 @@
 
 #include <lrpe/lrpe.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <complex>
 #include <cstdint>
@@ -289,6 +290,33 @@ TEST_CASE_TEMPLATE("canonical: Transformer-XL (q+u).k + (q+v).(W_R R_{i-j}), R =
   }
 }
 
+TEST_CASE_TEMPLATE("canonical: TENER (q+u).k + (q+v).R'_{i-j}, R' = interleaved [sin, cos], unscaled", T, float, double) {
+  const std::uint64_t seed = 910;
+  INFO("seed = " << seed);
+  rng r(seed);
+  const index_t d = 6, heads = 2;
+  const rows_t<T> u = r.template mat<T>(heads, d), vv = r.template mat<T>(heads, d);
+  const auto tener = cn::transformer_xl<T>::tener(d, u, vv);
+  for (index_t h = 0; h < heads; ++h) {
+    CAPTURE(h);
+    // written from the TENER paper: R_t = [sin(c_0 t), cos(c_0 t), …], c_i = 1/10000^(2i/d), t = i − j
+    auto naive = [&](const T* q, position_t i, const T* k, position_t j) {
+      ld acc = 0;
+      for (index_t a = 0; a < d; ++a) {
+        const ld c = 1.0L / std::pow(10000.0L, static_cast<ld>(2 * (a / 2)) / d);
+        const ld ra = a % 2 == 0 ? std::sin(static_cast<ld>(i - j) * c) : std::cos(static_cast<ld>(i - j) * c);
+        acc += (static_cast<ld>(q[a]) + u(h, a)) * k[a] + (static_cast<ld>(q[a]) + vv(h, a)) * ra;
+      }
+      return acc;
+    };
+    auto mag = [&](const T* q, const T* k) { return 4 * abs_dot(q, k, d) + 4 * d; };
+    check_variant<T>(tener.head(h), naive, mag, 2, r);
+    CHECK(tener.default_scale(d) == 1.0);  // TENER does not scale
+  }
+  CHECK_THROWS_AS((void)cn::transformer_xl<T>::tener(5, r.template mat<T>(1, 5), r.template mat<T>(1, 5)),
+                  lrpe::shape_error);
+}
+
 // =================================================================================== URPE
 
 TEST_CASE_TEMPLATE("canonical: URPE C_st = c_h[T5 bucket(t - s)], per head; ones()", T, float, double) {
@@ -382,4 +410,63 @@ TEST_CASE_TEMPLATE("canonical: features stay exact at positions near 10^6 (angle
     const double direct = xl.score(q.data(), s - base, k.data(), t - base);
     CHECK(std::abs(static_cast<double>(dot_ld(gq.data(), gk.data(), d + dm)) - direct) <= 50 * eps_of<T>() * (1 + std::abs(direct)));
   }
+}
+
+// ======================================================================== Huang et al. 2020
+
+TEST_CASE_TEMPLATE("canonical: Huang et al. 2020 methods 1-4 ((q.k) w|d|, (q.k) w_d, sum_product(q, k, a_d), "
+                   "(q + a).(k + a) - a.a)", T, float, double) {
+  const std::uint64_t seed = 911;
+  INFO("seed = " << seed);
+  rng r(seed);
+  const index_t d = 5;
+  const position_t clip_r = 4;
+  const auto row = [&](position_t i, position_t j) { return std::clamp<position_t>(j - i, -clip_r, clip_r); };
+  {
+    const rows_t<T> w = r.template mat<T>(clip_r + 1, 1);
+    const cn::huang2020<T, cn::huang_method::absolute_scale> v(d, clip_r, w);
+    auto naive = [&](const T* q, position_t i, const T* k, position_t j) {
+      ld qk = 0;
+      for (index_t a = 0; a < d; ++a) qk += static_cast<ld>(q[a]) * k[a];
+      return qk * static_cast<ld>(w(std::abs(row(i, j)), 0));
+    };
+    check_variant<T>(v, naive, [&](const T* q, const T* k) { return 4 * abs_dot(q, k, d); }, 1, r, 6);
+  }
+  {
+    const rows_t<T> w = r.template mat<T>(2 * clip_r + 1, 1);
+    const cn::huang2020<T, cn::huang_method::directional_scale> v(d, clip_r, w);
+    auto naive = [&](const T* q, position_t i, const T* k, position_t j) {
+      ld qk = 0;
+      for (index_t a = 0; a < d; ++a) qk += static_cast<ld>(q[a]) * k[a];
+      return qk * static_cast<ld>(w(row(i, j) + clip_r, 0));
+    };
+    check_variant<T>(v, naive, [&](const T* q, const T* k) { return 4 * abs_dot(q, k, d); }, 1, r, 6);
+  }
+  {
+    const rows_t<T> a = r.template mat<T>(2 * clip_r + 1, d);
+    const cn::huang2020<T, cn::huang_method::sum_product> v(d, clip_r, a);
+    auto naive = [&](const T* q, position_t i, const T* k, position_t j) {
+      ld acc = 0;
+      for (index_t c = 0; c < d; ++c) acc += static_cast<ld>(q[c]) * k[c] * a(row(i, j) + clip_r, c);
+      return acc;
+    };
+    check_variant<T>(v, naive, [&](const T* q, const T* k) { return 4 * abs_dot(q, k, d); }, 1, r, 6);
+  }
+  {
+    const rows_t<T> a = r.template mat<T>(2 * clip_r + 1, d);
+    const cn::huang2020<T, cn::huang_method::query_and_key> v(d, clip_r, a);
+    auto naive = [&](const T* q, position_t i, const T* k, position_t j) {
+      ld acc = 0;
+      for (index_t c = 0; c < d; ++c) {
+        const ld ac = a(row(i, j) + clip_r, c);
+        acc += (static_cast<ld>(q[c]) + ac) * (static_cast<ld>(k[c]) + ac) - ac * ac;
+      }
+      return acc;
+    };
+    check_variant<T>(v, naive, [&](const T* q, const T* k) { return 4 * abs_dot(q, k, d) + 4 * d; }, 3, r, 6);
+  }
+  CHECK_THROWS_AS((cn::huang2020<T, cn::huang_method::sum_product>(d, clip_r, r.template mat<T>(2 * clip_r + 1, 1))),
+                  lrpe::shape_error);
+  CHECK_THROWS_AS((cn::huang2020<T, cn::huang_method::absolute_scale>(d, -1, r.template mat<T>(1, 1))),
+                  lrpe::parameter_error);
 }

@@ -16,6 +16,7 @@
 #include <limits>
 #include <numbers>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 using grad_test::derivative;
@@ -232,6 +233,44 @@ TEST_CASE_TEMPLATE("softmax backward, Shaw: dQ, dK, dV, a^K's and a^V's gradient
       }
     }
   }
+}
+
+TEST_CASE_TEMPLATE("softmax backward, Huang et al. 2020 methods 1-4: dQ, dK, dV and the table's gradient against "
+                   "long-double differences (clipped offsets, causal or not)", T, float, double) {
+  constexpr index_t d = 4;
+  constexpr position_t r = 2;
+  namespace cn = lrpe::canonical;
+  // f_rel written from the paper (δ = t − s clipped to [−r, r]; method 1 on |δ|)
+  const auto run = [&]<cn::huang_method M>(std::integral_constant<cn::huang_method, M>, index_t rows, index_t width) {
+    CAPTURE(static_cast<int>(M));
+    model m;
+    m.d = m.dv = d;
+    m.score = [width, d = d, r = r](const ld* q, position_t s, const ld* k, position_t t, const params& w) {
+      const position_t c = std::clamp<position_t>(t - s, -r, r);
+      const std::size_t row = std::size_t(M == cn::huang_method::absolute_scale ? (c < 0 ? -c : c) : c + r);
+      const ld qk = dot(q, k, d);
+      ld acc = 0;
+      if (width == 1) return qk * ld(w[row]);
+      for (index_t i = 0; i < d; ++i) {
+        const ld a = ld(w[row * std::size_t(d) + std::size_t(i)]);
+        acc += M == cn::huang_method::sum_product ? q[i] * k[i] * a : q[i] * a + a * k[i];
+      }
+      return M == cn::huang_method::sum_product ? acc : qk + acc;
+    };
+    const auto table = uniform<T>(rows, width, 31);
+    const params w0 = flat(table);
+    const cn::huang2020<T, M> enc(d, r, table);
+    m.qp = offset(3, m.nq);  // offsets from −8 to 7
+    m.kp = offset(-1, m.nk);
+    for (bool causal : {false, true}) {
+      m.causal = causal;
+      check_softmax<T>(m, enc, w0, 30);
+    }
+  };
+  run(std::integral_constant<cn::huang_method, cn::huang_method::absolute_scale>{}, r + 1, 1);
+  run(std::integral_constant<cn::huang_method, cn::huang_method::directional_scale>{}, 2 * r + 1, 1);
+  run(std::integral_constant<cn::huang_method, cn::huang_method::sum_product>{}, 2 * r + 1, d);
+  run(std::integral_constant<cn::huang_method, cn::huang_method::query_and_key>{}, 2 * r + 1, d);
 }
 
 TEST_CASE_TEMPLATE("softmax backward, DeBERTa-v2: K_r's and Q_r's gradients of one head (log buckets, one term or "

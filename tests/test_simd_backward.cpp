@@ -219,7 +219,7 @@ TEST_CASE_TEMPLATE("SIMD softmax backward == reference: shapes, causal, offsets 
   }
 }
 
-TEST_CASE_TEMPLATE("SIMD softmax backward == reference: ALiBi's slope, T5's table, RoPE's θ", T, float, double) {
+TEST_CASE_TEMPLATE("SIMD softmax backward == reference: ALiBi's slope, T5's and a pair-keyed table, RoPE's θ", T, float, double) {
   for (const shape& s : shapes(78, 4)) {
     SHAPE_INFO(s);
     const lrpe::canonical::alibi<T> alibi(s.d, {0.25});
@@ -231,6 +231,7 @@ TEST_CASE_TEMPLATE("SIMD softmax backward == reference: ALiBi's slope, T5's tabl
     const lrpe::canonical::t5_bias<T> t5(s.d, cfg, random_matrix<T>(g, 1, 8));
     CHECK(softmax_backward_case<T>(s, alibi, 6, lrpe::backend::simd<>{}) <= kernel_vs_kernel<T>());
     CHECK(softmax_backward_case<T>(s, t5, 7, lrpe::backend::simd<>{}) <= kernel_vs_kernel<T>());
+    CHECK(softmax_backward_case<T>(s, random_pair_bias<T>(s.d, 10), 9, lrpe::backend::simd<>{}) <= kernel_vs_kernel<T>());
     if (s.d % 2 == 0)
       CHECK(softmax_backward_case<T>(s, lrpe::rope_neox<T>(s.d), 8, lrpe::backend::simd<>{}) <= kernel_vs_kernel<T>());
   }

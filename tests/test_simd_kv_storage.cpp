@@ -418,6 +418,25 @@ TEST_CASE("paged KV cache: the same bits as the contiguous call (SIMD), any bloc
   SUBCASE("float") { paged_cases<float>(); }
 }
 
+TEST_CASE("paged KV cache: a pair-keyed bias at the tables' positions == the contiguous call; past its index, an error") {
+  const paged_case<lrpe::bfloat16> pc(40, 16, 2, 16, 16, {37, 300, 16}, false);
+  lrpe::generator g(0x9A6E);
+  lrpe::canonical::index_matrix index(300, 300);
+  for (index_t i = 0; i < index.size(); ++i) index.data()[i] = static_cast<std::int32_t>(g.below(7));
+  const lrpe::canonical::pair_bias<float> pair(16, index, random_matrix<float>(g, 4, 7));
+  lrpe::softmax_options<> o;
+  o.causal = true;
+  for (const index_t m : {1, 3}) {
+    paged_vs_contiguous(pc, 4, m, pair, o, lrpe::backend::simd<>{}, true);
+    paged_vs_contiguous(pc, 4, m, pair, o, lrpe::backend::reference{}, false);
+  }
+  const lrpe::canonical::pair_bias<float> small(16, index.topLeftCorner(299, 299), random_matrix<float>(g, 4, 7));
+  std::vector<float> q(3 * 4 * 16), out(q.size());
+  CHECK_THROWS_AS(lrpe::softmax_attention_paged(lrpe::bnsh(static_cast<const float*>(q.data()), 3, 4, 1, 16), pc.k(),
+                                                pc.v(), pc.tables(), lrpe::bnsh(out.data(), 3, 4, 1, 16), small),
+                  lrpe::parameter_error);
+}
+
 TEST_CASE("paged KV cache: errors name the argument") {
   const paged_case<lrpe::bfloat16> pc(5, 16, 2, 16, 16, {20, 40}, false);
   std::vector<float> q(2 * 4 * 16), out(q.size());

@@ -32,6 +32,17 @@ TEST_CASE_TEMPLATE("simd softmax, ALiBi and T5 bias (through bias(s, t)): == ref
   }
 }
 
+TEST_CASE_TEMPLATE("simd softmax, a pair-keyed bias (per entry, not per diagonal): == reference", T, float, double) {
+  const std::uint64_t seed = 0x51D0'0003;
+  MESSAGE("seed = " << seed);
+  int n = 0;
+  for (shape s : shapes(seed, 20)) {
+    SHAPE_INFO(s);
+    const auto pair = random_pair_bias<T>(s.d, seed + static_cast<std::uint64_t>(n));
+    CHECK(softmax_case<T>(s, pair, seed + static_cast<std::uint64_t>(++n)) <= kernel_vs_kernel<T>());
+  }
+}
+
 TEST_CASE("simd softmax: table biases past max(float)/log2(e) give the reference's softmax, not NaN or zero rows") {
   // The kernels add log2(e)·bias: a finite float entry of 3e38 (or the mask value −max) would
   // be ±inf there. Rows of equal huge biases: uniform weights (out = mean of v) as on the

@@ -15,6 +15,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 using grad_test::cvec;
@@ -305,6 +306,69 @@ TEST_CASE_TEMPLATE("softmax backward: ALiBi, T5 and Toeplitz biases (their slope
   c.causal = false;
   const lrpe::rope_gptj<T> rope(c.d);
   check_case<T>(c, rope, encoder_features(rope), 403);
+}
+
+TEST_CASE_TEMPLATE("softmax backward: pair-keyed biases (Swin's window, Graphormer's distances, TUPE): their "
+                   "gradients against the long-double reference", T, float, double) {
+  setup c;  // 5 queries, 6 keys: the tokens of a 2 x 3 window, or 6 graph nodes
+  c.qp = {0, 1, 2, 3, 5};
+  c.kp = offset(0, c.nk);
+  const index_t wh = 2, ww = 3, buckets = (2 * wh - 1) * (2 * ww - 1);
+  const lrpe::row_matrix<T> table = uniform<T>(2, buckets, 410);
+  const auto swin = lrpe::canonical::swin_bias<T>(c.d, wh, ww, table).head(1);
+  c.bias_params.assign(table.row(1).data(), table.row(1).data() + buckets);
+  // the bucket from the tokens' (y, x), written here from Swin's definition
+  c.bias_with = [ww, wh](const std::vector<double>& row) {
+    return std::function<ld(position_t, position_t)>([row, ww, wh](position_t s, position_t t) {
+      const position_t dy = s / ww - t / ww + wh - 1, dx = s % ww - t % ww + ww - 1;
+      return ld(row[std::size_t(dy * (2 * ww - 1) + dx)]);
+    });
+  };
+  c.bias = c.bias_with(c.bias_params);
+  for (bool causal : {false, true}) {
+    c.causal = causal;
+    check_case<T>(c, swin, plain_features(), 411);
+  }
+  // a path 0 - 1 - 2 - 3 and an edge 4 - 5: distances |s − t| on the path, 1 within the pair,
+  // unreachable across; buckets min(φ, 2), unreachable 3
+  const lrpe::canonical::adjacency_list graph =
+      lrpe::canonical::undirected_graph(6, std::vector<std::pair<index_t, index_t>>{{0, 1}, {1, 2}, {2, 3}, {4, 5}});
+  const lrpe::row_matrix<T> gt = uniform<T>(1, 4, 412);
+  const auto spatial = lrpe::canonical::graphormer_spatial_bias<T>(c.d, graph, 2, gt);
+  c.bias_params.assign(gt.data(), gt.data() + 4);
+  c.bias_with = [](const std::vector<double>& row) {
+    return std::function<ld(position_t, position_t)>([row](position_t s, position_t t) {
+      const bool same_part = (s < 4) == (t < 4);
+      return ld(row[same_part ? std::size_t(std::min<position_t>(std::abs(s - t), 2)) : 3]);
+    });
+  };
+  c.bias = c.bias_with(c.bias_params);
+  c.causal = false;
+  check_case<T>(c, spatial, plain_features(), 413);
+  // TUPE over 6 positions (head 1 of 2): its gradient vector is dL/dA_h (6 × 6), dL/dθ₁, dL/dθ₂
+  // and the relative row; the bias from those parameters, written from the paper
+  const lrpe::canonical::t5_buckets tupe_buckets{8, 16, true};
+  const lrpe::canonical::tupe<T> tupe(c.d, uniform<T>(6, 5, 414), uniform<T>(5, 2 * c.d, 415),
+                                      uniform<T>(5, 2 * c.d, 416), {true, tupe_buckets}, uniform<T>(2, 2, 417),
+                                      uniform<T>(2, 8, 418));
+  const auto head = tupe.head(1);
+  c.bias_params.clear();
+  for (position_t s = 0; s < 6; ++s)
+    for (position_t t = 0; t < 6; ++t) c.bias_params.push_back(head.absolute_term(s, t));
+  c.bias_params.push_back(double(uniform<T>(2, 2, 417)(1, 0)));
+  c.bias_params.push_back(double(uniform<T>(2, 2, 417)(1, 1)));
+  for (index_t b = 0; b < 8; ++b) c.bias_params.push_back(double(uniform<T>(2, 8, 418)(1, b)));
+  c.bias_with = [tupe_buckets](const std::vector<double>& w) {
+    return std::function<ld(position_t, position_t)>([w, tupe_buckets](position_t s, position_t t) {
+      const double a = s == 0 ? w[36] : t == 0 ? w[37] : w[std::size_t(s * 6 + t)];
+      return ld(a) + ld(w[std::size_t(38 + lrpe::canonical::t5_bucket(t - s, tupe_buckets))]);
+    });
+  };
+  c.bias = c.bias_with(c.bias_params);
+  for (bool causal : {false, true}) {
+    c.causal = causal;
+    check_case<T>(c, head, plain_features(), 419);
+  }
 }
 
 TEST_CASE("softmax backward: recomputed log-sum-exps give the same gradients; empty problems give zeros") {

@@ -42,5 +42,8 @@
 #include <lrpe/attention/attention.hpp>
 #include <lrpe/backend/reference.hpp>
 #include <lrpe/canonical/canonical.hpp>
+#include <lrpe/absolute/laplacian.hpp>
+#include <lrpe/absolute/learned.hpp>
+#include <lrpe/absolute/sinusoidal.hpp>
 
 #include <lrpe/detail/warnings_pop.hpp>

@@ -43,7 +43,10 @@ index_t validate_linear(const matrix_view<const T>& q, const matrix_view<const T
                         const matrix_view<T>& out, const Encoding& encoding, const Phi& phi,
                         const linear_options& options, const linear_attention_state<T>* state, const char* where) {
   const call_span span = validate_qkv(q, k, v, out, options.q_positions, options.k_positions, where);
-  if constexpr (!std::is_same_v<Encoding, no_encoding>) require_encoding_dim<T>(encoding, q.cols, where);
+  if constexpr (!std::is_same_v<Encoding, no_encoding>) {
+    require_encoding_dim<T>(encoding, q.cols, where);
+    require_encoding_positions(encoding, span, where);
+  }
   require_eps<T>(options.eps, where);
   require_feature_map<T>(phi, where);
   // Per-head decays belong to multi-head calls (heads_view); here they would be ignored.

@@ -136,21 +136,34 @@ inline constexpr bool shared_encoding_v =
     !(std::ranges::random_access_range<const E> && std::ranges::sized_range<const E>);
 
 /**
- * Every head's encoding checked before any head runs (its width against q's, and a table's or
- * a range's head count), so that a bad head h throws before heads 0 … h − 1 have written their
- * outputs. A callable h → encoding is not called twice (it may build each head's encoding): its
- * heads are checked as they run.
+ * Every head's encoding checked before any head runs (its width against q's, a table's or a
+ * range's head count and, given the call's `span`, the positions a pair-keyed encoding covers),
+ * so that a bad head h throws before heads 0 … h − 1 have written their outputs. A callable
+ * h → encoding is not called twice (it may build each head's encoding): its heads are checked
+ * as they run.
  */
 template <class T, class E>
-void check_head_encodings(const E& encodings, index_t heads, index_t d, const char* where) {
+void check_head_encodings(const E& encodings, index_t heads, index_t d, const char* where,
+                          const call_span* span = nullptr) {
   if constexpr (multi_head_table<E> || !std::is_invocable_v<const E&, index_t>) {
     const index_t distinct = shared_encoding_v<E> ? std::min<index_t>(heads, 1) : heads;
     for (index_t h = 0; h < distinct; ++h) {
       const auto& encoding = head_encoding(encodings, h, heads, where);
-      if constexpr (!std::is_same_v<std::remove_cvref_t<decltype(encoding)>, no_encoding>)
+      if constexpr (!std::is_same_v<std::remove_cvref_t<decltype(encoding)>, no_encoding>) {
         require_encoding_dim<T>(encoding, d, where);
+        if (span != nullptr) require_encoding_positions(encoding, *span, where);
+      }
     }
   }
+}
+
+/// The spans of a multi-head call's positions (shared by every head), checked as a single-head
+/// call checks them.
+template <class Options>
+call_span head_call_span(const Options& options, index_t q_seq, index_t k_seq, const char* where) {
+  options.q_positions.require_rows(q_seq, where, "options.q_positions");
+  options.k_positions.require_rows(k_seq, where, "options.k_positions");
+  return require_position_span(options.q_positions, q_seq, options.k_positions, k_seq, where);
 }
 
 /// `options.head_sinks`: empty (`options.sink` for every head) or one sink per query head, each
@@ -207,7 +220,8 @@ void softmax_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const h
   constexpr const char* where = "lrpe::softmax_attention (multi-head)";
   static_assert(!std::is_const_v<T>, "lrpe::softmax_attention: out must be a mutable heads_view");
   detail::validate_attention_heads(q, k, v, out, where);
-  detail::check_head_encodings<compute_t<TQ>>(encodings, q.heads, q.dim, where);
+  const auto span = detail::head_call_span(options, q.seq, k.seq, where);
+  detail::check_head_encodings<compute_t<TQ>>(encodings, q.heads, q.dim, where, &span);
   // Decode with grouped K/V (GQA, MQA): one query row per head and one encoding for every head.
   // The group's query heads are the rows of calls over their K/V head (at most
   // grouped_decode_rows each), which is then read (and encoded) once per call instead of once
@@ -277,6 +291,7 @@ void check_head_states(const heads_view<TQ>& q, const heads_view<TK>& k, const h
     index_t f = q.dim;
     if constexpr (!std::is_same_v<E, no_encoding> && is_linearizable_encoding_v<E>) {
       require_encoding_dim<T>(encoding, q.dim, where);  // else a later head would throw mid-call
+      require_encoding_positions(encoding, span, where);
       f = canonical::feature_dim(encoding);
     }
     const double lambda = per_head ? options.head_decays[static_cast<std::size_t>(h)] : options.decay;
@@ -344,8 +359,12 @@ void linear_attention_heads(const heads_view<TQ>& q, const heads_view<TK>& k, co
   validate_attention_heads(q, k, v, out, where);
   require_feature_map<T>(phi, where);
   validate_head_decays(options, q.heads, where);
-  if (states != nullptr) check_head_states(q, k, v, encodings, options, std::span<const linear_attention_state<T>>(*states), where);
-  else check_head_encodings<std::remove_const_t<TQ>>(encodings, q.heads, q.dim, where);
+  if (states != nullptr) {
+    check_head_states(q, k, v, encodings, options, std::span<const linear_attention_state<T>>(*states), where);
+  } else {
+    const call_span span = head_call_span(options, q.seq, k.seq, where);
+    check_head_encodings<std::remove_const_t<TQ>>(encodings, q.heads, q.dim, where, &span);
+  }
   // (b, h) pairs, h-major; a backend may run them on several threads (backend::for_each_head)
   using backend::for_each_head;
   for_each_head(backend, q.heads * q.batch, [&](index_t item, const auto& head_backend) {

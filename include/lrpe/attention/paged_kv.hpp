@@ -13,6 +13,7 @@
 #include <lrpe/core/paged.hpp>
 #include <lrpe/core/storage.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -123,8 +124,14 @@ void softmax_attention_paged(const heads_view<TQ>& q, const paged_kv_view<SK>& k
   single.head_sinks = {};
   detail::validate_engine_options<T>(single, where);
   detail::validate_head_sinks<T>(options, q.heads, where);
-  detail::check_head_encodings<T>(encodings, q.heads, q.dim, where);
-  if (q.batch == 0 || q.heads == 0 || q.seq == 0) return;
+  if (q.batch == 0 || q.heads == 0 || q.seq == 0) {
+    detail::check_head_encodings<T>(encodings, q.heads, q.dim, where);
+    return;
+  }
+  // the positions of every sequence: queries lengths[b] − m … lengths[b] − 1, keys 0 … lengths[b] − 1
+  const auto [shortest, longest] = std::ranges::minmax(tables.lengths.first(static_cast<std::size_t>(q.batch)));
+  const detail::call_span span{{shortest - q.seq, longest - 1, false}, {0, longest - 1, longest == 0}};
+  detail::check_head_encodings<T>(encodings, q.heads, q.dim, where, &span);
   softmax_options<> resolved = options;  // (every head's default scale is its width's: one encoding type)
   resolved.scale = detail::softmax_scale<T>(detail::head_encoding(encodings, 0, q.heads, where), options, q.dim, where);
   using backend::paged_decode_kernel;

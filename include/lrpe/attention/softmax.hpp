@@ -113,10 +113,13 @@ void validate_softmax(const matrix_view<const SQ>& q, const matrix_view<const SK
                       const char* where) {
   using T = compute_t<SQ>;
   constexpr bool is_none = std::is_same_v<Encoding, no_encoding>;
-  validate_qkv(q, k, v, out, options.q_positions, options.k_positions, where);
+  const call_span span = validate_qkv(q, k, v, out, options.q_positions, options.k_positions, where);
   require_parameter(options.tile >= 1, where, "options.tile", "must be >= 1", options.tile);
   validate_engine_options<T>(options, where);
-  if constexpr (!is_none) require_encoding_dim<T>(encoding, q.cols, where);
+  if constexpr (!is_none) {
+    require_encoding_dim<T>(encoding, q.cols, where);
+    require_encoding_positions(encoding, span, where);
+  }
   if constexpr (value_encoding<Encoding>) {
     bool adds_values = true;  // a Shaw encoding without a^V table adds nothing: any v.cols
     if constexpr (requires { encoding.has_value_table(); }) adds_values = encoding.has_value_table();

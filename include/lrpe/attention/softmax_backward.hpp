@@ -405,7 +405,8 @@ void softmax_attention_lse(const heads_view<TQ>& q, const heads_view<TK>& k, con
   detail::validate_attention_heads(q, k, v, out, where);
   detail::require_equal(static_cast<index_t>(lse.size()), q.batch * q.heads * q.seq, where, "lse.size()",
                         "q.batch * q.heads * q.seq");
-  detail::check_head_encodings<std::remove_const_t<TQ>>(encodings, q.heads, q.dim, where);
+  const auto span = detail::head_call_span(options, q.seq, k.seq, where);
+  detail::check_head_encodings<std::remove_const_t<TQ>>(encodings, q.heads, q.dim, where, &span);
   detail::validate_head_sinks<std::remove_const_t<TQ>>(options, q.heads, where);
   for (index_t b = 0; b < q.batch; ++b) {
     for (index_t h = 0; h < q.heads; ++h) {
@@ -446,7 +447,8 @@ void softmax_attention_backward(const heads_view<TQ>& q, const heads_view<TK>& k
                                                           q.batch * q.heads * q.seq),
                         lse.size());
   detail::require_head_gradients<Encodings>(grads.size(), q.heads, where);
-  detail::check_head_encodings<std::remove_const_t<TQ>>(encodings, q.heads, q.dim, where);
+  const auto span = detail::head_call_span(options, q.seq, k.seq, where);
+  detail::check_head_encodings<std::remove_const_t<TQ>>(encodings, q.heads, q.dim, where, &span);
   detail::validate_head_sinks<std::remove_const_t<TQ>>(options, q.heads, where);
   constexpr bool shared = detail::shared_encoding_v<Encodings>;
   detail::for_each_backward_head(q, k, dk, dv, [&](index_t b, index_t h, index_t hk, const auto& dk_h, const auto& dv_h) {

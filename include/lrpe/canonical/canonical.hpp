@@ -15,6 +15,9 @@
  * | `cosformer` | Toeplitz scalar | 1 | yes |
  * | `transformer_xl` | content + position, u, v | 2 | yes |
  * | `urpe` | post-softmax reweighting (not an f_rel) | – | – |
+ * | `pair_bias` (Swin's window bias, Graphormer's spatial encoding) | additive, keyed on (s, t) | – | no |
+ * | `tupe` (untied absolute positions, relative buckets, [CLS] reset) | additive, keyed on (s, t) | – | no |
+ * | `sine_spe` → `spe_code` (stochastic positional encoding) | random features, relative in expectation | – | yes (a draw) |
  */
 #pragma once
 
@@ -26,9 +29,14 @@
 #include <lrpe/canonical/alibi.hpp>
 #include <lrpe/canonical/cosformer.hpp>
 #include <lrpe/canonical/deberta.hpp>
+#include <lrpe/canonical/graph.hpp>
+#include <lrpe/canonical/huang2020.hpp>
 #include <lrpe/canonical/multiplicative.hpp>
+#include <lrpe/canonical/pair_bias.hpp>
 #include <lrpe/canonical/shaw.hpp>
+#include <lrpe/canonical/spe.hpp>
 #include <lrpe/canonical/t5_bias.hpp>
 #include <lrpe/canonical/toeplitz_bias.hpp>
 #include <lrpe/canonical/transformer_xl.hpp>
+#include <lrpe/canonical/tupe.hpp>
 #include <lrpe/canonical/urpe.hpp>

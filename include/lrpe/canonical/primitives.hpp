@@ -197,6 +197,38 @@ class column_op {
 };
 
 /**
+ * W_δ = diag(a(δ)), d×d: paired with q̂ = q and k̂ = k it scores Σ_i q_i a_i(δ) k_i, the
+ * three-vector "sum-product" of Huang et al. 2020.
+ * @tparam F callable `void(position_t δ, T* a)` writing the d entries of a(δ).
+ */
+template <real_scalar T, class F>
+class diag_op {
+ public:
+  using scalar = T;
+  using value_type = T;
+  diag_op(index_t d, F a) : d_(d), a_(std::move(a)) {
+    detail::require_shape(d >= 1, "lrpe::canonical::diag_op", "d", "must be >= 1", d);
+  }
+  [[nodiscard]] index_t rows() const noexcept { return d_; }
+  [[nodiscard]] index_t cols() const noexcept { return d_; }
+  void apply(position_t delta, const T* k, T* out) const {
+    a_(delta, out);
+    for (index_t i = 0; i < d_; ++i) out[i] *= k[i];
+  }
+  [[nodiscard]] dense_matrix<T> dense(position_t delta) const {
+    detail::small_buffer<T> a(d_);
+    a_(delta, a.data());
+    dense_matrix<T> m = dense_matrix<T>::Zero(d_, d_);
+    for (index_t i = 0; i < d_; ++i) m(i, i) = a[i];
+    return m;
+  }
+
+ private:
+  index_t d_;
+  F a_;
+};
+
+/**
  * W_δ = a(δ)ᵀ, a 1×d row: paired with q̂ = 1 and k̂ = k it scores a(δ)·k (DeBERTa's p2c).
  * @tparam F callable `void(position_t δ, T* a)` writing the d entries of a(δ).
  */

@@ -134,8 +134,34 @@ class transformer_xl {
       acc += (static_cast<double>(q[i]) + uu[i]) * k[i] + (static_cast<double>(q[i]) + vv[i]) * r[i];
     return acc;
   }
-  /// 1/√d, applied to both terms.
-  [[nodiscard]] static double default_scale(index_t d) noexcept { return 1.0 / std::sqrt(static_cast<double>(d)); }
+  /// 1/√d, applied to both terms (1 for `tener`, which does not scale).
+  [[nodiscard]] double default_scale(index_t d) const noexcept {
+    return scaled_ ? 1.0 / std::sqrt(static_cast<double>(d)) : 1.0;
+  }
+
+  /**
+   * TENER (Yan et al. 2019, "TENER: adapting Transformer encoder for named entity recognition"):
+   * Transformer-XL's two terms with R not projected and no scaling,
+   * (q_s + u)·k_t + (q_s + v)·R'_{s−t}, R'_δ = [sin δc₀, cos δc₀, sin δc₁, cos δc₁, …] (d
+   * entries, c_i = base^(−2i/d), the paper's interleaved layout): a `transformer_xl` whose W_R
+   * interleaves R's halves (a fixed permutation, per head) and whose `default_scale` is 1.
+   * @param u, v heads × d. @throws shape_error (d odd, sizes), as the constructor otherwise.
+   */
+  [[nodiscard]] static transformer_xl tener(index_t d, row_matrix<T> u, row_matrix<T> v, double base = 10000.0) {
+    lrpe::detail::require_shape(d >= 2 && d % 2 == 0, "lrpe::canonical::transformer_xl::tener", "d",
+                                "must be even and >= 2 (R's sin and cos pairs)", d);
+    const index_t heads = u.rows();
+    row_matrix<T> w_r = row_matrix<T>::Zero(heads * d, d);
+    for (index_t h = 0; h < heads; ++h) {
+      for (index_t i = 0; i < d / 2; ++i) {
+        w_r(h * d + 2 * i, i) = T(1);              // sin δc_i
+        w_r(h * d + 2 * i + 1, d / 2 + i) = T(1);  // cos δc_i
+      }
+    }
+    transformer_xl x(d, std::move(u), std::move(v), std::move(w_r), base);
+    x.scaled_ = false;
+    return x;
+  }
 
   [[nodiscard]] auto canonical() const {
     auto column = [x = *this](position_t delta, T* a) { x.position_vector(delta, a); };
@@ -248,6 +274,7 @@ class transformer_xl {
   index_t d_;
   detail_::shared_table<params> p_;
   index_t h_ = 0;
+  bool scaled_ = true;
 };
 
 }  // namespace canonical

@@ -10,8 +10,8 @@
  * - a multiplicative encoding (any `lrpe::encoder`) has content = M_s q_s · M_t k_t (real view)
  *   and no bias: attention encodes Q and K once, then runs plain dot products;
  * - an `additive_encoding` has content = q_s · k_t and an unscaled scalar `bias(s, t)` (ALiBi,
- *   T5 buckets, learned Toeplitz tables), added per tile after scaling, as every implementation
- *   of those encodings does;
+ *   T5 buckets, learned Toeplitz tables; keyed on the pair: Swin's and graph biases), added per
+ *   tile after scaling, as every implementation of those encodings does;
  * - any other `relative_encoding` (Shaw, DeBERTa, Transformer-XL) has content =
  *   `score(q, s, k, t)`, its full f_rel, and may carry its own default scale
  *   (`default_scale(d)`: 1/√(3d) for DeBERTa with both terms, 1 for T5).
@@ -22,6 +22,7 @@
 #pragma once
 
 #include <lrpe/core/traits.hpp>
+#include <lrpe/core/view.hpp>
 
 #include <concepts>
 #include <limits>
@@ -38,7 +39,8 @@ concept relative_encoding =
       { v.score(q, s, q, s) } -> std::convertible_to<double>;
     };
 
-/// A relative encoding whose f_rel is q·k + bias(s, t) (scalar, unscaled, depends on t − s).
+/// A relative encoding whose f_rel is q·k + bias(s, t) (scalar, unscaled; a function of t − s
+/// unless the encoding says `is_toeplitz = false`).
 template <class V>
 concept additive_encoding =
     relative_encoding<V> && requires(const V& v, position_t s) {
@@ -46,6 +48,29 @@ concept additive_encoding =
       requires V::is_additive;
       { v.bias(s, s) } -> std::convertible_to<double>;
     };
+
+/**
+ * False when V declares `static constexpr bool is_toeplitz = false`: its bias is keyed on the
+ * pair (s, t) itself (Swin's window bias, a graph's shortest-path bias, `canonical::pair_bias`),
+ * not on t − s. The kernels then evaluate it per entry instead of once per diagonal of a tile,
+ * and its positions are indices (of tokens, patches, nodes), not offsets to shift.
+ */
+template <class V>
+inline constexpr bool is_toeplitz_v = [] {
+  if constexpr (requires { V::is_toeplitz; }) return static_cast<bool>(V::is_toeplitz);
+  else return true;
+}();
+
+/**
+ * An encoding defined at some positions only (a pair-keyed table over n tokens or nodes):
+ * `require_positions(span, where)` throws `parameter_error` naming `options.q_positions` or
+ * `options.k_positions` when a position of the call lies outside. Attention calls it before any
+ * score is formed, so that `bias(s, t)` is only ever called where it is defined.
+ */
+template <class V>
+concept bounded_positions = requires(const V& v, const detail::call_span& c, const char* where) {
+  v.require_positions(c, where);
+};
 
 /// A relative encoding that adds a^V_{t−s} to the values (Shaw et al.).
 template <class V>
@@ -83,6 +108,12 @@ concept differentiable_value_term =
     };
 
 namespace detail {
+/// `e.require_positions(span, where)` for an encoding with `bounded_positions`; nothing otherwise.
+template <class E>
+void require_encoding_positions(const E& e, const call_span& span, const char* where) {
+  if constexpr (bounded_positions<E>) e.require_positions(span, where);
+}
+
 /**
  * A bias or score (double) as the scalar type T of a logit: ±∞ and NaN kept, a finite value past
  * T's range held at ±max(T). A plain conversion is undefined behaviour there ([conv.double]), and

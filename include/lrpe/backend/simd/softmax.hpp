@@ -226,13 +226,14 @@ LRPE_ALWAYS_INLINE void tile_scores(query_tile<T, A>& t, const softmax_shared<T>
 }
 
 /**
- * S += log₂e·bias(s, t) for key tile [j0, j0 + bk). With offsets for both sides the bias
- * depends on t − s only: one call per diagonal. Row i, key j reads entry e = bqp − 1 − i + j,
- * the diagonal δ = (k0 + j) − (q0 + i). Only the entries of real rows and keys (i < bq,
- * j < bk) are evaluated, as bias(q0, k0 + j − i) for j ≥ i and bias(q0 + i − j, k0) below: both
- * arguments are positions of the call's real rows and keys, every δ formed is the difference of
- * two of them, and no position past them is (the padding rows' and keys' entries are 0, their
- * outputs discarded or masked).
+ * S += log₂e·bias(s, t) for key tile [j0, j0 + bk). A pair-keyed bias (`is_toeplitz_v` false)
+ * is evaluated per entry (padding rows repeat the last real row's position). With offsets for
+ * both sides a Toeplitz bias depends on t − s only: one call per diagonal. Row i, key j reads
+ * entry e = bqp − 1 − i + j, the diagonal δ = (k0 + j) − (q0 + i). Only the entries of real
+ * rows and keys (i < bq, j < bk) are evaluated, as bias(q0, k0 + j − i) for j ≥ i and
+ * bias(q0 + i − j, k0) below: both arguments are positions of the call's real rows and keys,
+ * every δ formed is the difference of two of them, and no position past them is (the padding
+ * rows' and keys' entries are 0, their outputs discarded or masked).
  */
 template <class T, class A, class Bias>
 LRPE_ALWAYS_INLINE void add_tile_bias(query_tile<T, A>& t, const softmax_problem<T>& p, const Bias& bias, index_t j0,
@@ -241,7 +242,8 @@ LRPE_ALWAYS_INLINE void add_tile_bias(query_tile<T, A>& t, const softmax_problem
   using tl = softmax_tiling<T, A>;
   constexpr index_t W = tl::W, U = tl::U, BK = tl::BK, BQ = tl::BQ;
   const index_t bq = t.bq, bqp = t.bqp;
-  if (!p.q_positions.is_array() && !p.k_positions.is_array()) {
+  constexpr bool toeplitz = is_toeplitz_v<std::remove_cvref_t<decltype(*bias)>>;
+  if (toeplitz && !p.q_positions.is_array() && !p.k_positions.is_array()) {
     T* tb = t.st + BQ * BK;
     const position_t q0 = p.q_positions[t.i0], k0 = p.k_positions[j0];
     const index_t e_lo = bqp - bq, e_hi = bqp - 1 + bk - 1;

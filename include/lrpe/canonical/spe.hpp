@@ -1,0 +1,259 @@
+// SPDX-License-Identifier: MIT
+/**
+ * @file spe.hpp
+ * Stochastic positional encoding, sineSPE (Liutkus et al. 2021, "Relative positional encoding for
+ * Transformers with linear complexity"; one of the LRPE paper's competitors): random features
+ * whose expected dot product is a stationary relative kernel, so that linear attention gets a
+ * relative encoding it could not factorise exactly.
+ *
+ * Per feature d of a head, K sinusoids with frequencies f_dk = sigmoid(φ_dk)/2 ∈ (0, ½), phases
+ * θ_dk and gains λ_dk = softplus(γ_dk) (φ, θ, γ the reference implementation's raw parameters)
+ * define the kernel of the lag δ = s − t (query minus key)
+ *
+ *     P_d(δ) = (1/2K) Σ_k λ_dk² cos(2π f_dk δ + θ_dk),     gated: P̃_d = (1 − g_d) P_d + g_d,
+ *
+ * g_d = sigmoid(gate_d). A draw (`draw(n, R, seed)`, the `spe_code` of positions 0 … n − 1 and R
+ * realizations) takes Z ~ N(0, 1/2K)·λ of shape 2K × R per feature and, as the reference does,
+ *
+ *     q̄_d(m) = Ω_q(m)ᵀ Z_d / (RD)^¼,  Ω_q(m) = [cos(2π f_dk m + θ_dk), sin(2π f_dk m + θ_dk)]_k
+ *     k̄_d(n) = Ω_k(n)ᵀ Z_d / (RD)^¼,  Ω_k(n) = [cos(2π f_dk n), sin(2π f_dk n)]_k
+ *
+ * (gated: q̄ ← √(1−g) q̄ + √g ε, k̄ ← √(1−g) k̄ + √g ε with one ε ~ N(0, (DR)^−½) per (d, r));
+ * then φ_q(q, m) = Σ_d q_d q̄_d(m) and φ_k(k, n) = Σ_d k_d k̄_d(n), R features each. Their product
+ * is an unbiased estimate:
+ *
+ *     E[φ_q(q, s)·φ_k(k, t)] = √(R/D) Σ_d q_d k_d P̃_d(s − t)        (`expected_score`)
+ *
+ * with a relative error that falls as 1/√R. A code is linearizable (its features are exact for
+ * itself) and is used as any linearizable encoding in linear or softmax attention, at positions
+ * 0 … n − 1 (checked by `require_positions`). In lrpe's linear attention the feature map (ReLU,
+ * elu + 1) is applied to q and k before the code, as for every linearizable encoding. Angles are
+ * exact: 2π f_dk·m by the exact product of m and fl(2π f_dk) (detail/angle.hpp), then θ added as
+ * a rotation. Draws use lrpe's documented generator: one seed gives the same code everywhere.
+ */
+#pragma once
+
+#include <lrpe/canonical/detail/common.hpp>
+#include <lrpe/canonical/linearizable.hpp>
+#include <lrpe/core/random.hpp>
+#include <lrpe/core/view.hpp>
+#include <lrpe/detail/angle.hpp>
+
+#include <cmath>
+#include <memory>
+#include <numbers>
+#include <vector>
+
+namespace lrpe {
+inline namespace v0 {
+namespace canonical {
+
+template <real_scalar T>
+class spe_code;
+
+/// sineSPE's parameters of one head: D features × K sinusoids (raw, as the reference stores them).
+template <real_scalar T>
+class sine_spe {
+ public:
+  using scalar = T;
+
+  /**
+   * @param freqs, offsets, gains D × K: f = sigmoid(freqs)/2, θ = offsets, λ = softplus(gains).
+   * @param gate  D raw gates (g = sigmoid(gate)), or empty: no gating (the reference's `gated`).
+   * @throws shape_error (sizes), domain_error (a non-finite entry).
+   */
+  sine_spe(row_matrix<double> freqs, row_matrix<double> offsets, row_matrix<double> gains, std::vector<double> gate = {})
+      : f_(std::move(freqs)), theta_(std::move(offsets)), lambda_(std::move(gains)), gate_(std::move(gate)) {
+    constexpr const char* where = "lrpe::canonical::sine_spe";
+    lrpe::detail::require_shape(f_.rows() >= 1 && f_.cols() >= 1, where, "freqs", "must be D x K with D, K >= 1",
+                                lrpe::detail::lazy_concat(f_.rows(), "x", f_.cols()));
+    detail_::require_table_shape(theta_, f_.rows(), f_.cols(), where, "offsets");
+    detail_::require_table_shape(lambda_, f_.rows(), f_.cols(), where, "gains");
+    lrpe::detail::require_shape(gate_.empty() || static_cast<index_t>(gate_.size()) == f_.rows(), where, "gate.size()",
+                                lrpe::detail::lazy_concat("must be 0 (no gating) or D = ", f_.rows()), gate_.size());
+    detail_::require_finite_table(f_, where, "freqs");
+    detail_::require_finite_table(theta_, where, "offsets");
+    detail_::require_finite_table(lambda_, where, "gains");
+    for (double& g : gate_) {
+      detail_::require_finite_value(g, where, "gate");
+      g = 1.0 / (1.0 + std::exp(-g));
+    }
+    for (index_t i = 0; i < f_.size(); ++i) {
+      f_.data()[i] = 0.5 / (1.0 + std::exp(-f_.data()[i]));
+      const double x = lambda_.data()[i];  // softplus, without overflow
+      lambda_.data()[i] = x > 30 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+    }
+  }
+
+  [[nodiscard]] index_t dim() const noexcept { return f_.rows(); }
+  [[nodiscard]] index_t sines() const noexcept { return f_.cols(); }
+  [[nodiscard]] bool gated() const noexcept { return !gate_.empty(); }
+  /// f_dk, θ_dk, λ_dk and g_d after their squashing functions.
+  [[nodiscard]] double frequency(index_t d, index_t k) const noexcept { return f_(d, k); }
+  [[nodiscard]] double phase(index_t d, index_t k) const noexcept { return theta_(d, k); }
+  [[nodiscard]] double gain(index_t d, index_t k) const noexcept { return lambda_(d, k); }
+  [[nodiscard]] double gate(index_t d) const noexcept { return gated() ? gate_[static_cast<std::size_t>(d)] : 0.0; }
+
+  /// P̃_d(δ): (1 − g_d)·(1/2K) Σ_k λ_dk² cos(2π f_dk δ + θ_dk) + g_d, for the lag δ = s − t.
+  [[nodiscard]] double kernel(index_t d, position_t delta) const noexcept {
+    double p = 0;
+    for (index_t k = 0; k < sines(); ++k) {
+      const lrpe::detail::cos_sin a = angle(d, k, delta, true);
+      p += lambda_(d, k) * lambda_(d, k) * a.c;
+    }
+    p /= 2.0 * static_cast<double>(sines());
+    return gated() ? (1 - gate(d)) * p + gate(d) : p;
+  }
+  /// E[φ_q(q, s)·φ_k(k, t)] over the draws of R realizations: √(R/D) Σ_d q_d k_d P̃_d(s − t).
+  [[nodiscard]] double expected_score(const T* q, position_t s, const T* k, position_t t, index_t realizations) const {
+    const position_t lag = lrpe::detail::checked_offset(t, s, "lrpe::canonical::sine_spe::expected_score");  // s − t
+    double acc = 0;
+    for (index_t d = 0; d < dim(); ++d) acc += static_cast<double>(q[d]) * static_cast<double>(k[d]) * kernel(d, lag);
+    return std::sqrt(static_cast<double>(realizations) / static_cast<double>(dim())) * acc;
+  }
+
+  /// cos and sin of 2π f_dk·m (+ θ_dk with `phase`), the angle exact in m.
+  [[nodiscard]] lrpe::detail::cos_sin angle(index_t d, index_t k, position_t m, bool with_phase) const noexcept {
+    const lrpe::detail::cos_sin a = lrpe::detail::angle_cos_sin(m, 2.0 * std::numbers::pi * f_(d, k));
+    return with_phase ? lrpe::detail::rotate(a, lrpe::detail::cos_sin_of(theta_(d, k))) : a;
+  }
+
+  /**
+   * One draw of the code for positions 0 … length − 1 and R realizations, from `generator(seed)`
+   * (Z feature by feature, d-major then k then r; then ε, d-major then r).
+   * @throws shape_error (length < 1, realizations < 1, sizes past index_t).
+   */
+  [[nodiscard]] spe_code<T> draw(index_t length, index_t realizations, std::uint64_t seed) const;
+
+ private:
+  row_matrix<double> f_, theta_, lambda_;
+  std::vector<double> gate_;
+};
+
+/**
+ * One realization of a sineSPE code: q̄ and k̄ for positions 0 … n − 1 (n × D·R each, feature
+ * d's R values at columns d·R …), a linearizable encoding of width D with R features.
+ */
+template <real_scalar T>
+class spe_code {
+ public:
+  using scalar = T;
+  static constexpr bool is_linearizable = true;
+  static constexpr bool is_toeplitz = false;  // relative only in expectation
+
+  spe_code(index_t d, index_t realizations, row_matrix<T> q_bar, row_matrix<T> k_bar)
+      : d_(d), r_(realizations), bars_(std::make_shared<const bars>(bars{std::move(q_bar), std::move(k_bar)})) {}
+
+  [[nodiscard]] index_t dim() const noexcept { return d_; }
+  [[nodiscard]] index_t realizations() const noexcept { return r_; }
+  [[nodiscard]] index_t feature_dim() const noexcept { return r_; }
+  /// The positions the code was drawn for: 0 … length() − 1.
+  [[nodiscard]] index_t length() const noexcept { return bars_->q.rows(); }
+  [[nodiscard]] const row_matrix<T>& q_bar() const noexcept { return bars_->q; }
+  [[nodiscard]] const row_matrix<T>& k_bar() const noexcept { return bars_->k; }
+
+  /// φ(x, m) = Σ_d x_d·bar_d(m) (R entries). @throws parameter_error (m outside the code).
+  void features(side which, const T* x, position_t m, T* out) const {
+    require_position(m, "lrpe::canonical::spe_code::features");
+    const T* bar = (which == side::query ? bars_->q : bars_->k).row(static_cast<index_t>(m)).data();
+    for (index_t r = 0; r < r_; ++r) out[r] = T(0);
+    for (index_t d = 0; d < d_; ++d)
+      for (index_t r = 0; r < r_; ++r) out[r] += x[d] * bar[d * r_ + r];
+  }
+  /// The features' backward: dx_d = Σ_r g_r·bar_d(m)_r (the code has no trained parameters here:
+  /// a draw is a constant of the step).
+  void features_backward(side which, const T* /*x*/, const T* g, position_t m, T* dx, double* /*grad*/) const {
+    require_position(m, "lrpe::canonical::spe_code::features_backward");
+    const T* bar = (which == side::query ? bars_->q : bars_->k).row(static_cast<index_t>(m)).data();
+    for (index_t d = 0; d < d_; ++d) {
+      T acc(0);
+      for (index_t r = 0; r < r_; ++r) acc += g[r] * bar[d * r_ + r];
+      dx[d] = acc;
+    }
+  }
+  /// This realization's score φ_q(q, s)·φ_k(k, t) (an estimate of `sine_spe::expected_score`).
+  [[nodiscard]] double score(const T* q, position_t s, const T* k, position_t t) const {
+    std::vector<T> a(static_cast<std::size_t>(r_)), b(static_cast<std::size_t>(r_));
+    features(side::query, q, s, a.data());
+    features(side::key, k, t, b.data());
+    return detail_::dot(a.data(), b.data(), r_);
+  }
+  /// Throws `parameter_error` for a call whose positions lie outside 0 … length() − 1.
+  void require_positions(const lrpe::detail::call_span& span, const char* where) const {
+    const auto check = [&](const lrpe::detail::position_span& p, const char* arg) {
+      if (p.empty || (p.lo >= 0 && p.hi < length())) return;
+      lrpe::detail::fail<parameter_error>(
+          where, arg, lrpe::detail::lazy_concat("must lie in [0, encoding.length() = ", length(), ") (the code's draw)"),
+          lrpe::detail::concat("[", p.lo, ", ", p.hi, "]"));
+    };
+    check(span.q, "options.q_positions");
+    check(span.k, "options.k_positions");
+  }
+
+ private:
+  struct bars {
+    row_matrix<T> q, k;
+  };
+  void require_position(position_t m, const char* where) const {
+    if (m < 0 || m >= length())
+      lrpe::detail::fail<parameter_error>(where, "position",
+                                          lrpe::detail::lazy_concat("must be in [0, length() = ", length(), ")"), m);
+  }
+
+  index_t d_, r_;
+  std::shared_ptr<const bars> bars_;
+};
+
+template <real_scalar T>
+spe_code<T> sine_spe<T>::draw(index_t length, index_t realizations, std::uint64_t seed) const {
+  constexpr const char* where = "lrpe::canonical::sine_spe::draw";
+  const index_t d = dim(), kk = sines(), r = realizations;
+  lrpe::detail::require_shape(length >= 1, where, "length", "must be >= 1", length);
+  lrpe::detail::require_shape(r >= 1 && r <= max_dim && d * r <= std::numeric_limits<index_t>::max() / length, where,
+                              "realizations", "must be in [1, lrpe::max_dim] with length x D x R an index_t", r);
+  generator g(seed);
+  // Z: per feature, 2K × R, N(0, 1/2K) scaled by the sinusoid's gain (both of its rows)
+  std::vector<double> z(static_cast<std::size_t>(d * 2 * kk * r));
+  const double z_scale = 1.0 / std::sqrt(2.0 * static_cast<double>(kk));
+  for (index_t i = 0; i < d; ++i)
+    for (index_t j = 0; j < 2 * kk; ++j)
+      for (index_t c = 0; c < r; ++c)
+        z[static_cast<std::size_t>((i * 2 * kk + j) * r + c)] = g.normal() * z_scale * lambda_(i, j / 2);
+  std::vector<double> eps;
+  if (gated()) {
+    eps.resize(static_cast<std::size_t>(d * r));
+    const double e_scale = 1.0 / std::sqrt(std::sqrt(static_cast<double>(d) * static_cast<double>(r)));
+    for (double& e : eps) e = g.normal() * e_scale;
+  }
+  const double scale = 1.0 / std::sqrt(std::sqrt(static_cast<double>(r) * static_cast<double>(d)));
+  row_matrix<T> qb(length, d * r), kb(length, d * r);
+  std::vector<double> oq(static_cast<std::size_t>(2 * kk)), ok(static_cast<std::size_t>(2 * kk));
+  for (index_t m = 0; m < length; ++m) {
+    for (index_t i = 0; i < d; ++i) {
+      for (index_t k = 0; k < kk; ++k) {
+        const auto aq = angle(i, k, m, true), ak = angle(i, k, m, false);
+        oq[static_cast<std::size_t>(2 * k)] = aq.c;
+        oq[static_cast<std::size_t>(2 * k + 1)] = aq.s;
+        ok[static_cast<std::size_t>(2 * k)] = ak.c;
+        ok[static_cast<std::size_t>(2 * k + 1)] = ak.s;
+      }
+      const double keep = gated() ? std::sqrt(1 - gate(i)) : 1.0, mix = gated() ? std::sqrt(gate(i)) : 0.0;
+      for (index_t c = 0; c < r; ++c) {
+        double vq = 0, vk = 0;
+        for (index_t j = 0; j < 2 * kk; ++j) {
+          const double zj = z[static_cast<std::size_t>((i * 2 * kk + j) * r + c)];
+          vq += oq[static_cast<std::size_t>(j)] * zj;
+          vk += ok[static_cast<std::size_t>(j)] * zj;
+        }
+        const double e = gated() ? eps[static_cast<std::size_t>(i * r + c)] : 0.0;
+        qb(m, i * r + c) = static_cast<T>(keep * vq * scale + mix * e);
+        kb(m, i * r + c) = static_cast<T>(keep * vk * scale + mix * e);
+      }
+    }
+  }
+  return spe_code<T>(d, r, std::move(qb), std::move(kb));
+}
+
+}  // namespace canonical
+}  // namespace v0
+}  // namespace lrpe
