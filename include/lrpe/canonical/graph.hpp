@@ -29,6 +29,36 @@ using adjacency_list = std::vector<std::vector<index_t>>;
 /// The distance `shortest_path_distances` gives a pair with no path.
 inline constexpr std::int32_t unreachable = -1;
 
+namespace detail_ {
+
+/// The graph encodings' size limit: n² int32 entries (distances, pair buckets) index an int32.
+inline constexpr index_t max_graph_nodes = 46340;
+
+/// Throws `parameter_error` naming `edges` unless both ends of edge e are nodes.
+inline void require_edge(index_t u, index_t v, std::size_t e, index_t nodes, const char* where) {
+  if (u < 0 || u >= nodes || v < 0 || v >= nodes)
+    lrpe::detail::fail<parameter_error>(where, "edges",
+                                        lrpe::detail::lazy_concat("endpoints must be in [0, nodes = ", nodes, ")"),
+                                        lrpe::detail::concat("(", u, ", ", v, ") at [", e, "]"));
+}
+
+/// Throws `parameter_error` unless the graph has at most `max_graph_nodes` nodes and every
+/// neighbour is one of them.
+inline void require_adjacency(const adjacency_list& graph, const char* where) {
+  const auto n = static_cast<index_t>(graph.size());
+  lrpe::detail::require_parameter(n <= max_graph_nodes, where, "graph.size()", "must be <= 46340 (n^2 pairs)", n);
+  for (index_t i = 0; i < n; ++i) {
+    for (const index_t j : graph[static_cast<std::size_t>(i)]) {
+      if (j < 0 || j >= n)
+        lrpe::detail::fail<parameter_error>(where, "graph",
+                                            lrpe::detail::lazy_concat("neighbours must be in [0, n = ", n, ")"),
+                                            lrpe::detail::concat(j, " in the list of node ", i));
+    }
+  }
+}
+
+}  // namespace detail_
+
 /**
  * The undirected graph of `nodes` nodes and `edges` (u, v): each edge in both lists, in the
  * order given (a repeated edge or a self-loop is kept; neither changes a distance).
@@ -36,15 +66,12 @@ inline constexpr std::int32_t unreachable = -1;
  */
 inline adjacency_list undirected_graph(index_t nodes, std::span<const std::pair<index_t, index_t>> edges) {
   constexpr const char* where = "lrpe::canonical::undirected_graph";
-  lrpe::detail::require_parameter(nodes >= 0 && nodes <= 46340, where, "nodes",
+  lrpe::detail::require_parameter(nodes >= 0 && nodes <= detail_::max_graph_nodes, where, "nodes",
                                   "must be in [0, 46340] (n^2 distances in int32 indices)", nodes);
   adjacency_list g(static_cast<std::size_t>(nodes));
   for (std::size_t e = 0; e < edges.size(); ++e) {
     const auto [u, v] = edges[e];
-    if (u < 0 || u >= nodes || v < 0 || v >= nodes)
-      lrpe::detail::fail<parameter_error>(where, "edges",
-                                          lrpe::detail::lazy_concat("endpoints must be in [0, nodes = ", nodes, ")"),
-                                          lrpe::detail::concat("(", u, ", ", v, ") at [", e, "]"));
+    detail_::require_edge(u, v, e, nodes, where);
     g[static_cast<std::size_t>(u)].push_back(v);
     g[static_cast<std::size_t>(v)].push_back(u);
   }
@@ -59,16 +86,8 @@ inline adjacency_list undirected_graph(index_t nodes, std::span<const std::pair<
  */
 inline index_matrix shortest_path_distances(const adjacency_list& graph) {
   constexpr const char* where = "lrpe::canonical::shortest_path_distances";
+  detail_::require_adjacency(graph, where);
   const auto n = static_cast<index_t>(graph.size());
-  lrpe::detail::require_parameter(n <= 46340, where, "graph.size()", "must be <= 46340 (n^2 distances)", n);
-  for (index_t i = 0; i < n; ++i) {
-    for (const index_t j : graph[static_cast<std::size_t>(i)]) {
-      if (j < 0 || j >= n)
-        lrpe::detail::fail<parameter_error>(where, "graph",
-                                            lrpe::detail::lazy_concat("neighbours must be in [0, n = ", n, ")"),
-                                            lrpe::detail::concat(j, " in the list of node ", i));
-    }
-  }
   index_matrix dist = index_matrix::Constant(n, n, unreachable);
   std::vector<index_t> queue(static_cast<std::size_t>(n));
   for (index_t source = 0; source < n; ++source) {
@@ -153,7 +172,8 @@ struct graph_paths {
  */
 inline graph_paths shortest_paths(index_t nodes, std::span<const std::pair<index_t, index_t>> edges, index_t max_hops) {
   constexpr const char* where = "lrpe::canonical::shortest_paths";
-  lrpe::detail::require_parameter(nodes >= 1 && nodes <= 46340, where, "nodes", "must be in [1, 46340]", nodes);
+  lrpe::detail::require_parameter(nodes >= 1 && nodes <= detail_::max_graph_nodes, where, "nodes",
+                                  "must be in [1, 46340]", nodes);
   lrpe::detail::require_parameter(max_hops >= 1 && max_hops <= std::numeric_limits<index_t>::max() / (nodes * nodes),
                                   where, "max_hops", "must be >= 1 with nodes^2 * max_hops an index_t", max_hops);
   lrpe::detail::require_parameter(edges.size() <= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()),
@@ -161,10 +181,7 @@ inline graph_paths shortest_paths(index_t nodes, std::span<const std::pair<index
   std::vector<std::vector<std::pair<index_t, std::int32_t>>> adj(static_cast<std::size_t>(nodes));
   for (std::size_t e = 0; e < edges.size(); ++e) {
     const auto [u, v] = edges[e];
-    if (u < 0 || u >= nodes || v < 0 || v >= nodes)
-      lrpe::detail::fail<parameter_error>(where, "edges",
-                                          lrpe::detail::lazy_concat("endpoints must be in [0, nodes = ", nodes, ")"),
-                                          lrpe::detail::concat("(", u, ", ", v, ") at [", e, "]"));
+    detail_::require_edge(u, v, e, nodes, where);
     adj[static_cast<std::size_t>(u)].emplace_back(v, static_cast<std::int32_t>(e));
     adj[static_cast<std::size_t>(v)].emplace_back(u, static_cast<std::int32_t>(e));
   }

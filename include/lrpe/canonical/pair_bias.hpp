@@ -121,16 +121,7 @@ class pair_bias {
   /// Throws `parameter_error` naming the query or key positions of a call that the index does
   /// not cover.
   void require_positions(const lrpe::detail::call_span& span, const char* where) const {
-    const auto check = [&](const lrpe::detail::position_span& p, index_t n, const char* arg, const char* count) {
-      if (p.empty || (p.lo >= 0 && p.hi < n)) return;
-      lrpe::detail::fail<parameter_error>(
-          where, arg,
-          lrpe::detail::lazy_concat("must lie in [0, encoding.", count, "() = ", n,
-                                    ") (a pair-keyed bias is defined on its index's rows and columns)"),
-          lrpe::detail::concat("[", p.lo, ", ", p.hi, "]"));
-    };
-    check(span.q, query_count(), "options.q_positions", "query_count");
-    check(span.k, key_count(), "options.k_positions", "key_count");
+    detail_::require_positions_below(span, query_count(), key_count(), where, "query_count", "key_count");
   }
 
   /// The learnable parameters of this head: its row of the table (docs/training.md).

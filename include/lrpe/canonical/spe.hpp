@@ -180,14 +180,7 @@ class spe_code {
   }
   /// Throws `parameter_error` for a call whose positions lie outside 0 … length() − 1.
   void require_positions(const lrpe::detail::call_span& span, const char* where) const {
-    const auto check = [&](const lrpe::detail::position_span& p, const char* arg) {
-      if (p.empty || (p.lo >= 0 && p.hi < length())) return;
-      lrpe::detail::fail<parameter_error>(
-          where, arg, lrpe::detail::lazy_concat("must lie in [0, encoding.length() = ", length(), ") (the code's draw)"),
-          lrpe::detail::concat("[", p.lo, ", ", p.hi, "]"));
-    };
-    check(span.q, "options.q_positions");
-    check(span.k, "options.k_positions");
+    detail_::require_positions_below(span, length(), length(), where, "length", "length");
   }
 
  private:

@@ -129,15 +129,7 @@ class tupe {
   }
   /// Throws `parameter_error` for a call whose positions are not rows of P.
   void require_positions(const lrpe::detail::call_span& span, const char* where) const {
-    const auto check = [&](const lrpe::detail::position_span& r, const char* arg) {
-      if (r.empty || (r.lo >= 0 && r.hi < max_positions())) return;
-      lrpe::detail::fail<parameter_error>(where, arg,
-                                          lrpe::detail::lazy_concat("must lie in [0, encoding.max_positions() = ",
-                                                                    max_positions(), ") (TUPE's rows of P)"),
-                                          lrpe::detail::concat("[", r.lo, ", ", r.hi, "]"));
-    };
-    check(span.q, "options.q_positions");
-    check(span.k, "options.k_positions");
+    detail_::require_positions_below(span, max_positions(), max_positions(), where, "max_positions", "max_positions");
   }
   /// Direct formula q·k + bias(s, t), unscaled as every additive encoding's (attention scales
   /// q·k by `default_scale`). @throws parameter_error (s or t not a row of P).

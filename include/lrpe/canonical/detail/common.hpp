@@ -8,6 +8,7 @@
 
 #include <lrpe/core/error.hpp>
 #include <lrpe/core/traits.hpp>
+#include <lrpe/core/view.hpp>
 #include <lrpe/detail/validate.hpp>
 
 #include <algorithm>
@@ -64,6 +65,24 @@ shared_table<M> share(M m) {
 inline void require_head(index_t h, index_t heads, const char* where) {
   lrpe::detail::require_shape(h >= 0 && h < heads, where, "head",
                               lrpe::detail::lazy_concat("must be in [0, heads = ", heads, ")"), h);
+}
+
+/**
+ * The check of an encoding defined on positions 0 … n − 1 only (`bounded_positions`): throws
+ * `parameter_error` naming `options.q_positions` (or `k_positions`) unless the call's query
+ * positions lie in [0, n_q) and its key positions in [0, n_k); `q_count` and `k_count` name the
+ * encoding's members that give n_q and n_k.
+ */
+inline void require_positions_below(const lrpe::detail::call_span& span, index_t n_q, index_t n_k, const char* where,
+                                    const char* q_count, const char* k_count) {
+  const auto check = [&](const lrpe::detail::position_span& p, index_t n, const char* arg, const char* count) {
+    if (p.empty || (p.lo >= 0 && p.hi < n)) return;
+    lrpe::detail::fail<parameter_error>(where, arg,
+                                        lrpe::detail::lazy_concat("must lie in [0, encoding.", count, "() = ", n, ")"),
+                                        lrpe::detail::concat("[", p.lo, ", ", p.hi, "]"));
+  };
+  check(span.q, n_q, "options.q_positions", q_count);
+  check(span.k, n_k, "options.k_positions", k_count);
 }
 
 /// `values` as a 1 × size table. A plain copy: GCC 12 at -O2 and above warns (-Warray-bounds,
