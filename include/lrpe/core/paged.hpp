@@ -17,7 +17,6 @@
 
 #include <bit>
 #include <cstdint>
-#include <limits>
 #include <span>
 #include <type_traits>
 
@@ -48,29 +47,11 @@ struct paged_kv_view {
   }
 };
 
-namespace detail {
-
-/// The extents of a contiguous pool: when none is negative, the product of the nonzero ones must
-/// be an index_t, so that no stride overflows (negative ones are left to `validate_paged`).
-inline void require_pool_extents(const char* where, index_t blocks, index_t block_size, index_t heads, index_t dim) {
-  if (blocks < 0 || block_size < 0 || heads < 0 || dim < 0) return;
-  index_t total = 1;
-  for (const index_t e : {dim, heads, block_size, blocks}) {
-    if (e == 0) continue;
-    require_shape(total <= std::numeric_limits<index_t>::max() / e, where, "blocks*block_size*heads*dim",
-                  "must be an index_t (the strides and offsets of the pool)",
-                  lazy_concat(blocks, "x", block_size, "x", heads, "x", dim));
-    total *= e;
-  }
-}
-
-}  // namespace detail
-
 /// [blocks, block_size, heads, dim] contiguous (FlashInfer's NHD; a block's rows hold every head).
 /// @throws shape_error if blocks·block_size·heads·dim (of the nonzero extents) is not an index_t.
 template <class S>
 paged_kv_view<S> paged_nhd(S* data, index_t blocks, index_t block_size, index_t heads, index_t dim) {
-  detail::require_pool_extents("lrpe::paged_nhd", blocks, block_size, heads, dim);
+  detail::require_layout_extents("lrpe::paged_nhd", blocks, block_size, heads, dim, "blocks*block_size*heads*dim");
   const index_t row = detail::wrapping_product(heads, dim);
   return {data, blocks, block_size, heads, dim, detail::wrapping_product(block_size, row), dim, row};
 }
@@ -79,7 +60,7 @@ paged_kv_view<S> paged_nhd(S* data, index_t blocks, index_t block_size, index_t 
 /// @throws shape_error if blocks·heads·block_size·dim (of the nonzero extents) is not an index_t.
 template <class S>
 paged_kv_view<S> paged_hnd(S* data, index_t blocks, index_t block_size, index_t heads, index_t dim) {
-  detail::require_pool_extents("lrpe::paged_hnd", blocks, block_size, heads, dim);
+  detail::require_layout_extents("lrpe::paged_hnd", blocks, heads, block_size, dim, "blocks*heads*block_size*dim");
   const index_t head = detail::wrapping_product(block_size, dim);
   return {data, blocks, block_size, heads, dim, detail::wrapping_product(heads, head), head, dim};
 }

@@ -80,15 +80,17 @@ void require_frequencies_from(std::span<const double> theta, const char* where, 
   }
 }
 
-/// The extents of a contiguous multi-head layout (bnsh, bsnh): when none is negative, their
-/// product (of the nonzero ones) must be an index_t, so that no stride or head offset overflows
-/// (shape_error). Negative extents are left to the callers' view checks, which name them.
-inline void require_layout_extents(const char* where, index_t batch, index_t heads, index_t seq, index_t dim) {
+/// The extents of a contiguous four-axis layout (bnsh, bsnh, a paged pool's blocks): when none is
+/// negative, their product (of the nonzero ones) must be an index_t, so that no stride or offset
+/// overflows (shape_error naming `arg`, the product). Negative extents are left to the callers'
+/// view checks, which name them.
+inline void require_layout_extents(const char* where, index_t batch, index_t heads, index_t seq, index_t dim,
+                                   const char* arg = "batch*heads*seq*dim") {
   if (batch < 0 || heads < 0 || seq < 0 || dim < 0) return;
   index_t total = 1;
   for (const index_t e : {dim, seq, heads, batch}) {
     if (e == 0) continue;
-    require_shape(total <= std::numeric_limits<index_t>::max() / e, where, "batch*heads*seq*dim",
+    require_shape(total <= std::numeric_limits<index_t>::max() / e, where, arg,
                   "must be an index_t (the strides and offsets of the layout)",
                   lazy_concat(batch, "x", heads, "x", seq, "x", dim));
     total *= e;
