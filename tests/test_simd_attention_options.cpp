@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The attention options of inference engines (softmax_options: window, chunk, softcap, sink,
-// head_sinks), alone and together, with causal, encoders, ALiBi and grouped-query heads, on the
+// head_sinks) and DiSAN's directional masks (anti_causal, exclude_self), alone and together, with causal, encoders, ALiBi and grouped-query heads, on the
 // reference and SIMD backends: against a long-double loop written from the definitions (the
 // mask's three conditions as stated, not through key_mask), the backward against central
 // differences of that loop, and the errors.
@@ -43,11 +43,15 @@ struct engine {
   position_t chunk = 0;
   double softcap = 0;
   double sink = no_sink;
+  bool anti_causal = false;
+  bool exclude_self = false;
 };
 
 /// The visibility rule as the options' documentation states it.
 bool sees(const engine& o, position_t s, position_t t) {
   if (o.causal && t > s) return false;
+  if (o.anti_causal && t < s) return false;
+  if (o.exclude_self && t == s) return false;
   if (o.window > 0 && !(s - t < o.window)) return false;
   if (o.chunk > 0 && floor_div(s, o.chunk) != floor_div(t, o.chunk)) return false;
   return true;
@@ -113,6 +117,8 @@ lrpe::softmax_options<Reweight> options_of(const engine& e, const std::vector<po
   o.chunk = e.chunk;
   o.softcap = e.softcap;
   o.sink = e.sink;
+  o.anti_causal = e.anti_causal;
+  o.exclude_self = e.exclude_self;
   if (arrays) {
     o.q_positions = std::span<const position_t>(qp);
     o.k_positions = std::span<const position_t>(kp);
@@ -130,19 +136,27 @@ std::vector<engine> engines() {
       {true, 100, 0, 0, no_sink}, {false, 0, 7, 0, no_sink},  {true, 0, 64, 0, no_sink},  {false, 0, 0, 4.0, no_sink},
       {true, 0, 0, 0, 0.5},       {false, 0, 0, 0, 3.0},      {true, 9, 0, 4.0, 1.5},     {true, 0, 13, 2.0, -1.0},
       {false, 70, 30, 3.0, 2.0},  {true, 65, 0, 0, 8.0},
+      // DiSAN's forward (t < s) and backward (t > s) masks, the reverse direction, with others
+      {true, 0, 0, 0, no_sink, false, true},   {false, 0, 0, 0, no_sink, true, true},
+      {false, 0, 0, 0, no_sink, true, false},  {false, 0, 16, 2.0, 0.5, true, true},
+      {true, 7, 0, 0, no_sink, false, true},   {true, 0, 0, 0, no_sink, true, false},
   };
 }
 
 }  // namespace
 
-TEST_CASE("key_mask: lo and hi bound exactly the positions the three conditions let through") {
+TEST_CASE("key_mask: lo and hi bound exactly the positions the conditions let through") {
   std::mt19937_64 rng(0xA77E'0001);
   std::uniform_int_distribution<position_t> pos(-200, 200);
-  for (const bool causal : {false, true})
+  for (const int direction : {0, 1, 2, 3, 4, 5})  // none, causal, anti, both; strict causal, strict anti
     for (const position_t window : {0, 1, 3, 17})
       for (const position_t chunk : {0, 1, 4, 9}) {
-        const engine e{causal, window, chunk};
-        const lrpe::key_mask m{causal, window, chunk};
+        const bool causal = direction == 1 || direction == 3 || direction == 4;
+        const bool anti = direction == 2 || direction == 3 || direction == 5;
+        const bool strict = direction >= 4;
+        CAPTURE(direction);
+        const engine e{causal, window, chunk, 0, no_sink, anti, strict};
+        const lrpe::key_mask m{causal, window, chunk, anti, strict};
         for (int trial = 0; trial < 300; ++trial) {
           const position_t s = pos(rng), t = pos(rng);
           CAPTURE(s);
@@ -180,6 +194,18 @@ TEST_CASE("key_mask: no overflow at the ends of the position range") {
       if (first != lo && last != hi) CHECK(static_cast<ld>(last) - static_cast<ld>(first) + 1 == static_cast<ld>(chunk));
     }
   }
+  // strict directions at the ends: no key (s ± 1 would overflow), and monotone ends
+  const lrpe::key_mask fwd{true, 0, 0, false, true}, bwd{false, 0, 0, true, true};
+  CHECK_FALSE(fwd.visible(lo, lo));
+  CHECK(fwd.lo(lo) > fwd.hi(lo));
+  CHECK(fwd.hi(lo + 1) == lo);
+  CHECK(fwd.hi(lo) <= fwd.hi(lo + 1));
+  CHECK(fwd.visible(hi, hi - 1));
+  CHECK_FALSE(bwd.visible(hi, hi));
+  CHECK(bwd.lo(hi) > bwd.hi(hi));
+  CHECK(bwd.lo(hi - 1) == hi);
+  CHECK(bwd.visible(lo, lo + 1));
+  CHECK_FALSE(bwd.visible(lo, lo));
   const lrpe::key_mask w{true, hi, 0};
   CHECK(w.lo(lo) == lo);
   CHECK(w.lo(hi) == 1);  // hi − (hi − 1)
@@ -211,6 +237,8 @@ TEST_CASE_TEMPLATE("attention options: reference and SIMD softmax against the de
         CAPTURE(e.chunk);
         CAPTURE(e.softcap);
         CAPTURE(e.sink);
+        CAPTURE(e.anti_causal);
+        CAPTURE(e.exclude_self);
         const auto o = options_of(e, qp, kp, arrays);
         const ld scale = 1 / std::sqrt(ld(d));
         std::vector<ld> lse_exact;
@@ -395,7 +423,10 @@ TEST_CASE("attention options: the backward (dQ, dK, dV, dσ) against central dif
   const rm<double> q = random_matrix<double>(g, nq, d, 2.0), k = random_matrix<double>(g, nk, d, 2.0);
   const rm<double> v = random_matrix<double>(g, nk, dv), gout = random_matrix<double>(g, nq, dv);
   for (const engine& e : {engine{true, 9, 0, 1.5, 0.8}, engine{false, 0, 16, 2.0, -0.5}, engine{true, 0, 0, 0, 1.0},
-                          engine{false, 30, 0, 0.7, no_sink}}) {
+                          engine{false, 30, 0, 0.7, no_sink}, engine{true, 0, 0, 0, no_sink, false, true},
+                          engine{false, 0, 0, 1.0, 0.3, true, true}}) {
+    CAPTURE(e.anti_causal);
+    CAPTURE(e.exclude_self);
     CAPTURE(e.causal);
     CAPTURE(e.window);
     CAPTURE(e.chunk);
@@ -464,6 +495,8 @@ TEST_CASE("attention options: bad values are errors naming the option") {
   fails([](auto& o) { o.sink = std::numeric_limits<double>::infinity(); }, "options.sink");
   static const double sinks[] = {1.0, 2.0};
   fails([](auto& o) { o.head_sinks = sinks; }, "options.head_sinks");
+  fails([](auto& o) { o.exclude_self = true; }, "options.exclude_self");
+  fails([](auto& o) { o.exclude_self = true; o.window = 3; }, "options.exclude_self");
   // multi-head: one sink per query head
   const lrpe::heads_view<const double> h = lrpe::bnsh(q.data(), 1, 3, 1, 4);
   const auto oh = lrpe::bnsh(out.data(), 1, 3, 1, 4);
@@ -483,7 +516,8 @@ TEST_CASE_TEMPLATE("split-KV decode on a pool equals one thread's, with every op
     for (const auto& size : {std::pair<index_t, index_t>{1, 5000}, {3, 2600}, {8, 7000}, {1, 900}})
       for (const bool arrays : {false, true})
         for (const engine& e : {engine{}, engine{true, 0, 0, 0, no_sink}, engine{true, 3000, 0, 3.0, 1.5},
-                                engine{false, 0, 2048, 0, -0.5}, engine{true, 0, 0, 0, 40.0}}) {
+                                engine{false, 0, 2048, 0, -0.5}, engine{true, 0, 0, 0, 40.0},
+                                engine{true, 0, 0, 0, no_sink, false, true}, engine{false, 0, 0, 0, 0.5, true, true}}) {
           const index_t nq = size.first, nk = size.second;
           CAPTURE(threads);
           CAPTURE(nq);
@@ -571,4 +605,67 @@ TEST_CASE_TEMPLATE("append_kv: RoPE'd keys and values into a cache at n_past, on
   const std::vector<position_t> two{5, 6};
   CHECK_THROWS_AS(lrpe::append_kv(k_new, v_new, k_cache, v_cache, 0, rope, lrpe::positions(std::span<const position_t>(two))),
                   lrpe::shape_error);
+}
+
+TEST_CASE_TEMPLATE("DiSAN's diagonal-disabled mask (t != s): the strict forward and backward calls merged, and the "
+                   "backward of the two parts summed, against the definition",
+                   T, float, double) {
+  const index_t n = 37, d = 6, dv = 5;
+  lrpe::generator g(0x0B710'0009);
+  const rm<T> q = random_matrix<T>(g, n, d, 1.5), k = random_matrix<T>(g, n, d, 1.5), v = random_matrix<T>(g, n, dv);
+  const rm<T> gout = random_matrix<T>(g, n, dv);
+  const auto qp = make_positions(n, 5, false, 0), kp = qp;
+  const engine diagonal{false, 0, 0, 0, no_sink, false, true};  // the oracle reads exclude_self alone as t != s
+  const rm<ld> want = oracle(to_ld(q), to_ld(k), to_ld(v), qp, kp, 1 / std::sqrt(ld(d)), diagonal, no_bias);
+  for (const bool simd : {false, true}) {
+    CAPTURE(simd);
+    lrpe::softmax_options<> fwd, bwd;
+    fwd.causal = bwd.anti_causal = true;
+    fwd.exclude_self = bwd.exclude_self = true;
+    fwd.q_positions = fwd.k_positions = bwd.q_positions = bwd.k_positions = lrpe::positions(5);
+    rm<T> out(n, dv), part(n, dv);
+    std::vector<T> lse(n), part_lse(n);
+    const auto run = [&](const lrpe::softmax_options<>& o, rm<T>& x, std::vector<T>& l) {
+      if (simd) lrpe::softmax_attention_lse(q, k, v, x, std::span<T>(l), lrpe::no_encoding{}, o, lrpe::backend::simd<>{});
+      else lrpe::softmax_attention_lse(q, k, v, x, std::span<T>(l), lrpe::no_encoding{}, o);
+    };
+    run(fwd, out, lse);
+    run(bwd, part, part_lse);
+    lrpe::merge_attention_states(out, std::span<T>(lse), part, std::span<const T>(part_lse));
+    CHECK(attention_test::rel_error(out, want) <= softmax_vs_exact<T>());
+    if constexpr (std::is_same_v<T, double>) {
+      // each part's backward with the merged O and lse gives its share of dQ, dK, dV
+      rm<T> dq = rm<T>::Zero(n, d), dk = rm<T>::Zero(n, d), dvv = rm<T>::Zero(n, dv);
+      for (const auto* o : {&fwd, &bwd}) {
+        rm<T> pq(n, d), pk(n, d), pv(n, dv);
+        if (simd)
+          lrpe::softmax_attention_backward(q, k, v, out, gout, std::span<const T>(lse), pq, pk, pv, lrpe::no_encoding{},
+                                           *o, nullptr, lrpe::backend::simd<>{});
+        else
+          lrpe::softmax_attention_backward(q, k, v, out, gout, std::span<const T>(lse), pq, pk, pv, lrpe::no_encoding{},
+                                           *o);
+        dq += pq;
+        dk += pk;
+        dvv += pv;
+      }
+      std::vector<double> w;
+      for (const auto* m : {&q, &k, &v})
+        for (index_t i = 0; i < m->rows(); ++i)
+          for (index_t j = 0; j < m->cols(); ++j) w.push_back((*m)(i, j));
+      w.push_back(-1e300);  // no sink
+      const loss_of loss{n, n, d, dv, qp, kp, diagonal, gout.template cast<ld>()};
+      double worst = 0;
+      std::size_t at = 0;
+      for (const auto* m : {&dq, &dk, &dvv})
+        for (index_t i = 0; i < m->rows(); ++i)
+          for (index_t j = 0; j < m->cols(); ++j, ++at)
+            if (at % 5 == 0)
+              worst = std::max(worst, std::abs((*m)(i, j) - static_cast<double>(grad_test::derivative(w, at, 1e-4, loss))));
+      CHECK(worst <= 1e-8);
+    }
+  }
+  lrpe::softmax_options<> alone;
+  alone.exclude_self = true;
+  rm<T> out(n, dv);
+  CHECK_THROWS_AS(lrpe::softmax_attention(q, k, v, out, lrpe::no_encoding{}, alone), lrpe::parameter_error);
 }

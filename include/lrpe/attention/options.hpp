@@ -50,6 +50,12 @@ concept reweighting = std::same_as<C, no_reweighting> ||
  *   (positions, not row indices: with a KV cache of n_past keys at 0.. and queries at offset
  *   n_past, every cached key is visible). A query row that sees no key (fully masked) gets a
  *   zero output row.
+ * - `anti_causal`: the reverse direction, key t visible iff k_positions[t] ≥ q_positions[s]
+ *   (a right-to-left decoder; DiSAN's backward mask).
+ * - `exclude_self`: with `causal` or `anti_causal`, the key at the query's own position is
+ *   hidden too: t < s or t > s (DiSAN's forward and backward masks). Without a direction it is a
+ *   `parameter_error`: t ≠ s alone (DiSAN's diagonal-disabled mask) is the merge of the two
+ *   strict directions (docs/attention.md#directional-masks-disan).
  * - `scale`: multiplies the content term; default: the encoding's `default_scale(d)` when it
  *   has one (T5: 1, DeBERTa: 1/√(3d)), else 1/√d with d the width of Q.
  * - `q_positions`, `k_positions`: offset (row i at offset + i) or per-row arrays.
@@ -90,9 +96,11 @@ struct softmax_options {
   double sink = -std::numeric_limits<double>::infinity();
   std::span<const double> head_sinks{};
   double* sink_gradient = nullptr;
+  bool anti_causal = false;
+  bool exclude_self = false;
 
   /// The visibility rule these options describe.
-  [[nodiscard]] key_mask mask() const noexcept { return {causal, window, chunk}; }
+  [[nodiscard]] key_mask mask() const noexcept { return {causal, window, chunk, anti_causal, exclude_self}; }
 };
 
 /// How linear attention normalises: not at all, or by the (decayed) kernel sum.

@@ -93,6 +93,10 @@ template <class T, class Reweight>
 void validate_engine_options(const softmax_options<Reweight>& options, const char* where) {
   require_parameter(options.window >= 0, where, "options.window", "must be >= 0 (0: no window)", options.window);
   require_parameter(options.chunk >= 0, where, "options.chunk", "must be >= 0 (0: no chunks)", options.chunk);
+  require_parameter(!options.exclude_self || options.causal || options.anti_causal, where, "options.exclude_self",
+                    "needs options.causal or options.anti_causal (t != s alone is two calls merged: "
+                    "docs/attention.md#directional-masks-disan)",
+                    "true");
   if (std::isnan(options.softcap)) fail<domain_error>(where, "options.softcap", "must be finite and >= 0 (0: none)", options.softcap);
   require_parameter(options.softcap >= 0 && finite_in<T>(options.softcap), where, "options.softcap",
                     "must be finite in the scalar type and >= 0 (0: none)", options.softcap);
