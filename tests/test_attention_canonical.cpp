@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Attention with the canonical variants (canonical/): softmax with ALiBi, T5, Toeplitz tables,
-// Shaw (value term), DeBERTa, Transformer-XL, cosFormer and multiplicative encoders, and URPE's
+// Shaw (value term), composite attention, DA-Transformer, DeBERTa, Transformer-XL (clamped too), cosFormer and multiplicative encoders, and URPE's
 // post-softmax C, against a naive long-double reference built from each variant's own direct
 // formula (score / bias); linear attention and streaming with the linearizable ones
 // (cosFormer, Transformer-XL's asymmetric φ_q ≠ φ_k, multiplicative) against the quadratic sum
@@ -51,7 +51,7 @@ double tied_rows_error(const rm<T>& out, const rm<T>& v, Keys keys) {
 
 /**
  * Naive softmax with the variant's direct formula: logit = scale·score for general variants,
- * scale·(score − bias) + bias for additive ones; URPE's c multiplies the normalised weight.
+ * scale·(score − bias) + bias for additive ones, scale·score + bias for composite ones; URPE's c multiplies the normalised weight.
  */
 template <class T, class V, class C = std::nullptr_t>
 rm<ld> naive(const V& var, const rm<T>& q, const rm<T>& k, const rm<T>& v, const lrpe::softmax_options<>& o,
@@ -72,6 +72,8 @@ rm<ld> naive(const V& var, const rm<T>& q, const rm<T>& k, const rm<T>& v, const
       if constexpr (lrpe::additive_encoding<V>) {
         const ld b = var.bias(s, t);
         l[j] = scale * (score - b) + b;
+      } else if constexpr (lrpe::score_bias_encoding<V>) {
+        l[j] = scale * score + var.bias(s, t);
       } else {
         l[j] = scale * score;
       }
@@ -138,6 +140,9 @@ TEST_CASE_TEMPLATE("softmax with every canonical variant equals the naive direct
   const auto xl = make_xl<T>(g, d, 2).head(1);
   const cn::cosformer<T> cos(d, 64.0);
   const cn::multiplicative<lrpe::type1<T>> mult{lrpe::type1<T>(d)};
+  const cn::composite<T> chang(shaw, t5);
+  const cn::da_transformer<T> da(d, {-0.2, 0.05}, {1.0, -0.5});
+  const cn::clamped_transformer_xl<T> xl_clamped(make_xl<T>(g, d, 2), 4);
 
   const std::vector<position_t> packed{0, 1, 2, 3, 0, 1, 2, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9};  // three documents
   for (int variant = 0; variant < 4; ++variant) {
@@ -170,6 +175,9 @@ TEST_CASE_TEMPLATE("softmax with every canonical variant equals the naive direct
     check(xl, "transformer_xl");
     check(cos, "cosformer");
     check(mult, "multiplicative");
+    check(chang.head(1), "composite (Chang et al.)");
+    check(da.head(0), "DA-Transformer");
+    check(xl_clamped.head(1), "transformer_xl, clamp_len");
 
     // URPE: A = softmax(scale·QKᵀ + B) ⊙ C with B a T5 bias, C per head
     const cn::urpe<T> c(cn::urpe<T>::default_buckets, random_matrix<T>(g, 2, 64, 0.5));

@@ -317,6 +317,80 @@ TEST_CASE_TEMPLATE("canonical: TENER (q+u).k + (q+v).R'_{i-j}, R' = interleaved 
                   lrpe::shape_error);
 }
 
+TEST_CASE_TEMPLATE("canonical: Transformer-XL with clamp_len, R at the clamped distance clip(i - j, c)", T, float,
+                   double) {
+  const std::uint64_t seed = 912;
+  INFO("seed = " << seed);
+  rng r(seed);
+  const index_t d = 4, heads = 2, dm = 8;
+  const position_t c = 5;
+  const rows_t<T> u = r.template mat<T>(heads, d), vv = r.template mat<T>(heads, d), wr = r.template mat<T>(heads * d, dm, 0.5);
+  const cn::clamped_transformer_xl<T> all(cn::transformer_xl<T>(d, u, vv, wr), c);
+  CHECK(all.clamp_len() == c);
+  CHECK(all.heads() == heads);
+  for (index_t h = 0; h < heads; ++h) {
+    CAPTURE(h);
+    auto naive = [&](const T* q, position_t i, const T* k, position_t j) {
+      const ld dist = static_cast<ld>(std::clamp<position_t>(i - j, -c, c));
+      ld acc = 0;
+      for (index_t a = 0; a < d; ++a) {
+        ld ra = 0;
+        for (index_t m = 0; m < dm / 2; ++m) {
+          const ld inv = 1.0L / std::pow(10000.0L, static_cast<ld>(2 * m) / dm);
+          ra += static_cast<ld>(wr(h * d + a, m)) * std::sin(dist * inv) +
+                static_cast<ld>(wr(h * d + a, dm / 2 + m)) * std::cos(dist * inv);
+        }
+        acc += (static_cast<ld>(q[a]) + u(h, a)) * k[a] + (static_cast<ld>(q[a]) + vv(h, a)) * ra;
+      }
+      return acc;
+    };
+    auto mag = [&](const T* q, const T* k) { return 4 * abs_dot(q, k, d) + 4 * d * dm; };
+    check_variant<T>(all.head(h), naive, mag, 2, r, 12);
+    CHECK(all.default_scale(d) == doctest::Approx(0.5));
+  }
+  static_assert(!cn::is_linearizable_v<cn::clamped_transformer_xl<T>>);
+}
+
+TEST_CASE_TEMPLATE("canonical: DA-Transformer ReLU(q.k) (1 + e^v) / (1 + e^(v - w|t - s|)), any distance", T, float,
+                   double) {
+  const std::uint64_t seed = 913;
+  INFO("seed = " << seed);
+  rng r(seed);
+  const index_t d = 5;
+  const std::vector<double> w{-0.3, 0.02, 2.5}, v{0.5, -3.0, 40.0};
+  const cn::da_transformer<T> all(d, w, v);
+  CHECK(all.heads() == 3);
+  for (index_t h = 0; h < 3; ++h) {
+    const auto da = all.head(h);
+    CHECK(da.weight() == w[static_cast<std::size_t>(h)]);
+    for (int trial = 0; trial < 40; ++trial) {
+      const auto q = r.template vec<T>(d), k = r.template vec<T>(d);
+      const position_t s = r.integer(-1000, 1000), t = trial % 4 == 0 ? s : r.integer(-1000, 1000);
+      CAPTURE(h);
+      CAPTURE(s);
+      CAPTURE(t);
+      ld qk = 0;
+      for (index_t a = 0; a < d; ++a) qk += static_cast<ld>(q[a]) * k[a];
+      const ld x = std::abs(static_cast<ld>(t - s)), wh = w[static_cast<std::size_t>(h)], vh = v[static_cast<std::size_t>(h)];
+      const ld coef = (1 + std::exp(vh)) / (1 + std::exp(vh - wh * x));
+      const ld want = qk > 0 ? qk * coef : 0;
+      CHECK(std::abs(da.score(q.data(), s, k.data(), t) - static_cast<double>(want)) <=
+            1e-13 * static_cast<double>(1 + std::abs(want)));
+      // relative: only |t − s| enters (both directions, any shift)
+      CHECK(da.score(q.data(), s + 1'000'000'007, k.data(), t + 1'000'000'007) == da.score(q.data(), s, k.data(), t));
+      CHECK(da.coefficient(s, t) == da.coefficient(t, s));
+    }
+    // the ends of the range: R^ stays finite and positive, between 0 and 1 + e^v
+    constexpr position_t lo = std::numeric_limits<position_t>::min(), hi = std::numeric_limits<position_t>::max();
+    const double far = da.coefficient(lo, hi);
+    CHECK(std::isfinite(far));
+    CHECK(far >= 0);
+    CHECK(far <= 1 + std::exp(v[static_cast<std::size_t>(h)]) * (1 + 1e-15));
+  }
+  static_assert(!cn::is_linearizable_v<cn::da_transformer<T>>);
+  static_assert(lrpe::differentiable_score<cn::da_transformer<T>>);
+}
+
 // =================================================================================== URPE
 
 TEST_CASE_TEMPLATE("canonical: URPE C_st = c_h[T5 bucket(t - s)], per head; ones()", T, float, double) {

@@ -273,6 +273,187 @@ TEST_CASE_TEMPLATE("softmax backward, Huang et al. 2020 methods 1-4: dQ, dK, dV 
   run(std::integral_constant<cn::huang_method, cn::huang_method::query_and_key>{}, 2 * r + 1, d);
 }
 
+TEST_CASE_TEMPLATE("softmax backward, composite attention (Chang et al. 2021: Shaw's a^K, a^V and an unscaled "
+                   "offset bias): dQ, dK, dV, the tables' and the bias's gradients against long-double differences",
+                   T, float, double) {
+  constexpr index_t d = 4;
+  constexpr position_t r = 2, rb = 3;
+  namespace cn = lrpe::canonical;
+  const index_t shaw_n = 2 * (2 * r + 1) * d, bias_n = 2 * rb + 1;
+  const params w_all = flat(uniform<T>(1, shaw_n + 2 * bias_n, 35));  // Shaw's a^K, a^V; two heads' bias rows
+  const cn::shaw<T> shaw(d, r, table<T>(w_all, 0, 2 * r + 1, d), table<T>(w_all, (2 * r + 1) * d, 2 * r + 1, d));
+  const cn::composite<T, cn::toeplitz_bias<T>> comp(shaw, cn::toeplitz_bias<T>(d, rb, table<T>(w_all, shaw_n, 2, bias_n)));
+  CHECK(comp.heads() == 2);
+  params w0(w_all.begin(), w_all.begin() + shaw_n);  // head 1: Shaw's, then its bias row
+  w0.insert(w0.end(), w_all.begin() + shaw_n + bias_n, w_all.end());
+  model m = shaw_model(d, r, true);
+  m.scale = 0.5;
+  // the bias is added after the scale: inside scale·score it is bias / scale
+  m.score = [shaw_n, rb = rb, shaw_score = m.score](const ld* q, position_t s, const ld* k, position_t t,
+                                                    const params& w) {
+    const std::size_t col = std::size_t(std::clamp<position_t>(t - s, -rb, rb) + rb);
+    return shaw_score(q, s, k, t, w) + ld(w[std::size_t(shaw_n) + col]) / ld(0.5);
+  };
+  for (position_t base : {position_t(0), position_t(1) << 40}) {
+    m.qp = offset(base + 3, m.nq);  // offsets from −8 to 7: every clipped row and column is reached
+    m.kp = offset(base - 1, m.nk);
+    for (bool causal : {false, true}) {
+      m.causal = causal;
+      check_softmax<T>(m, comp.head(1), w0, 40);
+    }
+  }
+  // T5's buckets as the bias (the default), with a soft cap on the score only
+  const cn::t5_buckets cfg{8, 20, true};
+  const lrpe::row_matrix<T> t5_table = uniform<T>(1, 8, 36);
+  const cn::composite<T> chang(shaw, cn::t5_bias<T>(d, cfg, t5_table));
+  const auto q = uniform<T>(5, d, 37), k = uniform<T>(9, d, 38), v = uniform<T>(9, d, 39);
+  lrpe::softmax_options<> opt;
+  opt.causal = true;
+  opt.softcap = 0.7;
+  opt.k_positions = lrpe::positions(-4);
+  lrpe::row_matrix<T> out(5, d);
+  lrpe::softmax_attention(q, k, v, out, chang, opt);
+  const ld scale = 1 / std::sqrt(ld(d));
+  double worst = 0;
+  for (index_t i = 0; i < 5; ++i) {
+    std::vector<ld> logit(9), o(std::size_t(d), 0);
+    ld top = -std::numeric_limits<ld>::infinity(), sum = 0;
+    for (index_t j = 0; j < 9; ++j) {
+      const position_t s = i, t = j - 4;
+      if (t > s) continue;
+      ld x = 0;
+      for (index_t c = 0; c < d; ++c)
+        x += ld(q(i, c)) * (ld(k(j, c)) + ld(shaw.key_table()(std::clamp<position_t>(t - s, -r, r) + r, c)));
+      x = ld(0.7) * std::tanh(scale * x / ld(0.7));
+      logit[std::size_t(j)] = x + ld(t5_table(0, cn::t5_bucket(t - s, cfg)));
+      top = std::max(top, logit[std::size_t(j)]);
+    }
+    for (index_t j = 0; j < 9; ++j) {
+      const position_t s = i, t = j - 4;
+      if (t > s) continue;
+      const ld e = std::exp(logit[std::size_t(j)] - top);
+      sum += e;
+      for (index_t c = 0; c < d; ++c)
+        o[std::size_t(c)] += e * (ld(v(j, c)) + ld(shaw.value_table()(std::clamp<position_t>(t - s, -r, r) + r, c)));
+    }
+    for (index_t c = 0; c < d; ++c) worst = std::max(worst, double(std::abs(o[std::size_t(c)] / sum - ld(out(i, c)))));
+  }
+  CHECK(worst <= 20 * double(std::numeric_limits<T>::epsilon()));
+  CHECK_THROWS_AS((cn::composite<T>(shaw, cn::t5_bias<T>(d + 1, cfg, t5_table))), lrpe::shape_error);
+}
+
+TEST_CASE_TEMPLATE("softmax backward, DA-Transformer: ReLU(q.k) R^(|t - s|), dQ, dK, dV and the head's w and v "
+                   "against long-double differences",
+                   T, float, double) {
+  constexpr index_t d = 4;
+  namespace cn = lrpe::canonical;
+  model m;
+  m.d = m.dv = d;
+  // written from the paper: R^ = (1 + e^v) / (1 + e^(v − w|t − s|)), w = [w_h, v_h]
+  m.score = [](const ld* q, position_t s, const ld* k, position_t t, const params& w) {
+    const ld a = dot(q, k, d);
+    if (a <= 0) return ld(0);
+    const ld x = std::abs(ld(t - s)), ww = ld(w[0]), vv = ld(w[1]);
+    return a * (1 + std::exp(vv)) / (1 + std::exp(vv - ww * x));
+  };
+  for (const auto& [wh, vh] : {std::pair{-0.4, 0.3}, std::pair{0.25, -1.5}, std::pair{0.0, 2.0}}) {
+    CAPTURE(wh);
+    CAPTURE(vh);
+    const cn::da_transformer<T> da(d, {0.1, wh}, {0.0, vh});
+    const params w0{wh, vh};
+    for (position_t base : {position_t(0), position_t(-1) << 50}) {
+      m.qp = offset(base + 2, m.nq);
+      m.kp = offset(base, m.nk);
+      for (bool causal : {false, true}) {
+        m.causal = causal;
+        check_softmax<T>(m, da.head(1), w0, 50);
+      }
+    }
+  }
+  CHECK_THROWS_AS((cn::da_transformer<T>(d, {1.0}, {701.0})), lrpe::parameter_error);
+  CHECK_THROWS_AS((cn::da_transformer<T>(d, {1.0, 2.0}, {0.0})), lrpe::shape_error);
+  CHECK_THROWS_AS((cn::da_transformer<T>(d, {std::nan("")}, {0.0})), lrpe::domain_error);
+}
+
+TEST_CASE_TEMPLATE("softmax backward, Transformer-XL with clamp_len: u, v and the clamped position table's "
+                   "gradients against long-double differences; W_R's through gradient_tables",
+                   T, float, double) {
+  constexpr index_t d = 4, dm = 6, heads = 2;
+  constexpr position_t c = 2;
+  namespace cn = lrpe::canonical;
+  const auto u = uniform<T>(heads, d, 61), v = uniform<T>(heads, d, 62), w_r = uniform<T>(heads * d, dm, 63);
+  const cn::transformer_xl<T> xl(d, u, v, w_r, 100.0);
+  const cn::clamped_transformer_xl<T> clamped(xl, c);
+  const auto head = clamped.head(1);
+  // parameters as the gradient lays them out: u_1, v_1, then r_δ for δ = −c … c (the table)
+  params w0;
+  for (index_t i = 0; i < d; ++i) w0.push_back(double(u(1, i)));
+  for (index_t i = 0; i < d; ++i) w0.push_back(double(v(1, i)));
+  for (position_t delta = -c; delta <= c; ++delta)
+    for (index_t i = 0; i < d; ++i) w0.push_back(double(head.position_vector(delta)[i]));
+  model m;
+  m.d = m.dv = d;
+  m.score = [c = c, d = d](const ld* q, position_t s, const ld* k, position_t t, const params& w) {
+    const std::size_t row = std::size_t(std::clamp<position_t>(t - s, -c, c) + c);
+    ld acc = 0;
+    for (index_t i = 0; i < d; ++i)
+      acc += (q[i] + w[std::size_t(i)]) * k[i] + (q[i] + w[std::size_t(d + i)]) * w[2 * std::size_t(d) + row * d + std::size_t(i)];
+    return acc;
+  };
+  for (position_t base : {position_t(0), position_t(1'000'000)}) {
+    m.qp = offset(base + 2, m.nq);  // offsets −6 … 5: clamped both ways
+    m.kp = offset(base, m.nk);
+    for (bool causal : {false, true}) {
+      m.causal = causal;
+      check_softmax<T>(m, head, w0, 71);
+    }
+  }
+  // the table is W_R R_{s−t} at the clamped distance (long double, from the formula)
+  for (position_t delta = -c; delta <= c; ++delta)
+    for (index_t i = 0; i < d; ++i) {
+      ld want = 0;
+      for (index_t j = 0; j < dm / 2; ++j) {
+        const ld a = ld(-delta) * std::pow(ld(100), -2 * ld(j) / ld(dm));
+        want += ld(w_r(d + i, j)) * std::sin(a) + ld(w_r(d + i, dm / 2 + j)) * std::cos(a);
+      }
+      CHECK(std::abs(double(want - ld(head.position_vector(delta)[i]))) <= 10 * double(std::numeric_limits<T>::epsilon()));
+    }
+  // where no distance reaches the clamp, the clamped encoding is Transformer-XL: same outputs,
+  // same dQ, dK, dV, and gradient_tables gives XL's u, v, W_R gradients
+  const cn::clamped_transformer_xl<T> wide(xl, 16);
+  const auto q = uniform<T>(7, d, 64), k = uniform<T>(9, d, 65), vv = uniform<T>(9, d, 66), g = uniform<T>(7, d, 67);
+  lrpe::softmax_options<> opt;
+  opt.causal = true;
+  opt.q_positions = lrpe::positions(2);
+  const auto near = [](const lrpe::row_matrix<T>& a, const lrpe::row_matrix<T>& b, double ulps) {
+    const double top = b.template cast<double>().cwiseAbs().maxCoeff();
+    return (a - b).template cast<double>().cwiseAbs().maxCoeff() <= ulps * double(std::numeric_limits<T>::epsilon()) * (1 + top);
+  };
+  std::vector<std::vector<double>> gx, gc;
+  lrpe::row_matrix<T> ox(7, d), oc(7, d), dqx(7, d), dkx(9, d), dvx(9, d), dqc(7, d), dkc(9, d), dvc(9, d);
+  for (index_t h = 0; h < heads; ++h) {
+    gx.push_back(xl.head(h).make_gradient());
+    gc.push_back(wide.head(h).make_gradient());
+    lrpe::softmax_attention(q, k, vv, ox, xl.head(h), opt);
+    lrpe::softmax_attention(q, k, vv, oc, wide.head(h), opt);
+    CHECK(near(oc, ox, 20));
+    lrpe::softmax_attention_backward(q, k, vv, ox, g, {}, dqx, dkx, dvx, xl.head(h), opt, &gx.back());
+    lrpe::softmax_attention_backward(q, k, vv, ox, g, {}, dqc, dkc, dvc, wide.head(h), opt, &gc.back());
+    CHECK(near(dqc, dqx, 200));
+    CHECK(near(dkc, dkx, 200));
+    CHECK(near(dvc, dvx, 200));
+  }
+  const auto tx = xl.gradient_tables(gx), tc = wide.gradient_tables(gc);
+  const auto close = [](const lrpe::row_matrix<double>& a, const lrpe::row_matrix<double>& b) {
+    return (a - b).cwiseAbs().maxCoeff() <= 200 * double(std::numeric_limits<T>::epsilon()) * (1 + b.cwiseAbs().maxCoeff());
+  };
+  CHECK(close(tc.u, tx.u));
+  CHECK(close(tc.v, tx.v));
+  CHECK(close(tc.w_r, tx.w_r));
+  CHECK_THROWS_AS((cn::clamped_transformer_xl<T>(xl, 0)), lrpe::parameter_error);
+  CHECK_THROWS_AS((void)wide.gradient_tables(std::span<const std::vector<double>>(gc).first(1)), lrpe::shape_error);
+}
+
 TEST_CASE_TEMPLATE("softmax backward, DeBERTa-v2: K_r's and Q_r's gradients of one head (log buckets, one term or "
                    "both), and the embeddings' and projections' gradients through from_embeddings",
                    T, float, double) {

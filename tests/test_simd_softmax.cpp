@@ -420,7 +420,7 @@ TEST_CASE_TEMPLATE("simd softmax, the direct kernel: a pool, and a NaN reaches e
   }
 }
 
-TEST_CASE_TEMPLATE("simd softmax: Shaw value term and URPE reweighting fall back to the reference kernel", T, float,
+TEST_CASE_TEMPLATE("simd softmax: Shaw value term, per-pair scores and URPE reweighting fall back to the reference kernel", T, float,
                    double) {
   lrpe::generator g(11);
   const index_t n = 40, d = 8, r = 4;
@@ -430,6 +430,31 @@ TEST_CASE_TEMPLATE("simd softmax: Shaw value term and URPE reweighting fall back
   lrpe::softmax_attention(q, k, v, ref, shaw, lrpe::softmax_options<>{.causal = true});
   lrpe::softmax_attention(q, k, v, out, shaw, lrpe::softmax_options<>{.causal = true}, lrpe::backend::simd<>{});
   CHECK(diff(out, ref) <= kernel_vs_kernel<T>());
+  // per-pair scores with a bias (composite attention), a non-bilinear score (DA-Transformer), a
+  // clamped Transformer-XL: multi-head on a pool, each head == the reference's
+  namespace cn = lrpe::canonical;
+  const index_t heads = 2;
+  const cn::composite<T> chang(shaw, cn::t5_bias<T>(d, cn::t5_buckets{8, 16, true}, random_matrix<T>(g, heads, 8)));
+  const cn::da_transformer<T> da(d, {-0.3, 0.1}, {0.5, 2.0});
+  const cn::clamped_transformer_xl<T> xl(
+      cn::transformer_xl<T>(d, random_matrix<T>(g, heads, d), random_matrix<T>(g, heads, d), random_matrix<T>(g, heads * d, 2 * d)),
+      6);
+  const rm<T> qh = random_matrix<T>(g, heads * n, d), kh = random_matrix<T>(g, heads * n, d), vh = random_matrix<T>(g, heads * n, d);
+  lrpe::backend::simd_threads pool(2);
+  const auto run = [&](const auto& encoding) {
+    rm<T> all(heads * n, d), one(n, d);
+    lrpe::softmax_attention(lrpe::bnsh(qh.data(), 1, heads, n, d), lrpe::bnsh(kh.data(), 1, heads, n, d),
+                            lrpe::bnsh(vh.data(), 1, heads, n, d), lrpe::bnsh(all.data(), 1, heads, n, d), encoding,
+                            lrpe::softmax_options<>{.causal = true}, lrpe::backend::simd_policy<>{&pool});
+    for (index_t h = 0; h < heads; ++h) {
+      lrpe::softmax_attention(qh.middleRows(h * n, n), kh.middleRows(h * n, n), vh.middleRows(h * n, n), one,
+                              encoding.head(h), lrpe::softmax_options<>{.causal = true});
+      CHECK(diff(rm<T>(all.middleRows(h * n, n)), one) <= kernel_vs_kernel<T>());
+    }
+  };
+  run(chang);
+  run(da);
+  run(xl);
 }
 
 TEST_CASE_TEMPLATE("simd softmax: 2 threads and caller-owned workspaces give the single-thread result bit for bit", T,

@@ -188,9 +188,10 @@ struct biased_logits {
 
 /**
  * The logits of an encoding with a direct score (Shaw, DeBERTa, a canonical form):
- * scale·score(q_s, s, k_t, t) per entry, scaled in double and rounded once (a score past T's
- * range whose scaled logit is not stays finite). Named so that a backend's backward recognises
- * it (the reference's differentiates `score` through the encoding's `score_backward`).
+ * scale·score(q_s, s, k_t, t) per entry, plus bias(s, t) for a `score_bias_encoding` (while
+ * `with_bias`), in double and rounded once (a score past T's range whose scaled logit is not
+ * stays finite). Named so that a backend's backward recognises it (the reference's
+ * differentiates `score` through the encoding's `score_backward`).
  */
 template <class T, class E>
 struct score_logits {
@@ -201,12 +202,17 @@ struct score_logits {
   positions k_positions;
   double scale;
   double softcap = 0;  ///< c > 0: each logit x becomes c·tanh(x/c) (in double, then rounded)
+  bool with_bias = true;  ///< false: the content alone (the backward's soft-cap derivative)
   template <class S>
   void operator()(index_t i0, index_t i1, index_t j0, index_t j1, S& s) const {
     for (index_t i = i0; i < i1; ++i) {
-      for (index_t j = j0; j < j1; ++j)
-        s(i - i0, j - j0) = lrpe::detail::held_logit<T>(
-            soft_cap(scale * encoding->score(q.row(i), q_positions[i], k.row(j), k_positions[j]), softcap));
+      for (index_t j = j0; j < j1; ++j) {
+        double x = soft_cap(scale * encoding->score(q.row(i), q_positions[i], k.row(j), k_positions[j]), softcap);
+        if constexpr (score_bias_encoding<E>) {
+          if (with_bias) x += encoding->bias(q_positions[i], k_positions[j]);
+        }
+        s(i - i0, j - j0) = lrpe::detail::held_logit<T>(x);
+      }
     }
   }
 };

@@ -14,6 +14,9 @@
  * | `deberta_v2` | c2c + c2p + p2c | 3 | no |
  * | `cosformer` | Toeplitz scalar | 1 | yes |
  * | `transformer_xl` | content + position, u, v | 2 | yes |
+ * | `clamped_transformer_xl` (`clamp_len`) | content + position, u, v | 2 | no |
+ * | `composite<T, Bias>` (Chang et al.: Shaw + an offset bias) | key + value terms, unscaled bias | – | no |
+ * | `da_transformer` | ReLU(q·k) times a learned distance curve | – | no |
  * | `urpe` | post-softmax reweighting (not an f_rel) | – | – |
  * | `pair_bias` (Swin's window bias, Graphormer's spatial encoding) | additive, keyed on (s, t) | – | no |
  * | `tupe` (untied absolute positions, relative buckets, [CLS] reset) | additive, keyed on (s, t) | – | no |
@@ -27,7 +30,9 @@
 #include <lrpe/canonical/primitives.hpp>
 
 #include <lrpe/canonical/alibi.hpp>
+#include <lrpe/canonical/composite.hpp>
 #include <lrpe/canonical/cosformer.hpp>
+#include <lrpe/canonical/da_transformer.hpp>
 #include <lrpe/canonical/deberta.hpp>
 #include <lrpe/canonical/graph.hpp>
 #include <lrpe/canonical/huang2020.hpp>

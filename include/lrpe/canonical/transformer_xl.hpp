@@ -26,9 +26,15 @@
  * Gradient (`features_backward`, through attention's backward): a head's parameters, laid out
  * as [u_h (d), v_h (d), W_R's rows of head h (d × D, row-major)]; `gradient_tables` gathers
  * the heads' into the constructor's shapes.
+ *
+ * `clamped_transformer_xl` is the reference code's `clamp_len`: R_{s−t} at clip(s − t, c) (the
+ * reference clamps s − t ≥ 0 from above; XLNet clamps both signs, as here). Clamped, the
+ * encoding is no longer linearizable: softmax attention evaluates it per pair from a table of
+ * W_R R_δ for the 2c + 1 offsets.
  */
 #pragma once
 
+#include <lrpe/canonical/buckets.hpp>
 #include <lrpe/canonical/canonical_form.hpp>
 #include <lrpe/canonical/detail/common.hpp>
 #include <lrpe/canonical/linearizable.hpp>
@@ -275,6 +281,140 @@ class transformer_xl {
   detail_::shared_table<params> p_;
   index_t h_ = 0;
   bool scaled_ = true;
+};
+
+/**
+ * Transformer-XL with `clamp_len` = c: f_rel(q_s, k_t) = (q_s + u)·k_t + (q_s + v)·r_{clip(t−s, c)},
+ * r_δ = W_R R_{−δ}, the distances beyond c read R at ±c (the reference code's `pos_seq.clamp_`
+ * for the causal s − t ≥ 0; both signs as XLNet). A table of r_δ per head and offset is formed
+ * once (heads·(2c + 1)·d scalars). Not linearizable; a `differentiable_score`.
+ *
+ * Gradient of a head: [u_h (d), v_h (d), G ((2c + 1) × d)] with G_δ = Σ g·(q + v) over the pairs
+ * at the clipped offset δ (row δ + c); `gradient_tables` turns it into dW_R = Σ_δ G_δ R_{−δ}ᵀ in
+ * `transformer_xl`'s shapes.
+ */
+template <real_scalar T>
+class clamped_transformer_xl {
+ public:
+  using scalar = T;
+  static constexpr bool is_linearizable = false;
+
+  /**
+   * @param xl        the encoding (every head).
+   * @param clamp_len c in [1, 2^20] (the reference code's 0 means no clamp: use `xl` itself).
+   * @throws parameter_error (clamp_len).
+   */
+  clamped_transformer_xl(transformer_xl<T> xl, position_t clamp_len) : xl_(std::move(xl)), c_(clamp_len) {
+    lrpe::detail::require_parameter(clamp_len >= 1 && clamp_len <= (position_t{1} << 20),
+                                    "lrpe::canonical::clamped_transformer_xl", "clamp_len",
+                                    "must be in [1, 2^20] (0, the reference's 'off', is transformer_xl itself)",
+                                    clamp_len);
+    const index_t d = xl_.dim(), rows = 2 * c_ + 1, heads = xl_.heads();
+    row_matrix<T> r(heads * rows, d);
+    for (index_t h = 0; h < heads; ++h) {
+      const auto head = xl_.head(h);
+      for (index_t j = 0; j < rows; ++j) head.position_vector(j - c_, r.row(h * rows + j).data());
+    }
+    r_ = detail_::share(std::move(r));
+  }
+
+  [[nodiscard]] index_t dim() const noexcept { return xl_.dim(); }
+  [[nodiscard]] index_t heads() const noexcept { return xl_.heads(); }
+  [[nodiscard]] index_t head_index() const noexcept { return xl_.head_index(); }
+  [[nodiscard]] position_t clamp_len() const noexcept { return c_; }
+  [[nodiscard]] const transformer_xl<T>& unclamped() const noexcept { return xl_; }
+  [[nodiscard]] clamped_transformer_xl head(index_t h) const {
+    clamped_transformer_xl x = *this;
+    x.xl_ = xl_.head(h);
+    return x;
+  }
+  [[nodiscard]] double default_scale(index_t d) const noexcept { return xl_.default_scale(d); }
+
+  /// r_{clip(δ, c)} = W_R R_{−clip(δ, c)} (d entries) for the offset δ = t − s.
+  [[nodiscard]] const T* position_vector(position_t delta) const noexcept {
+    return r_->row(head_index() * (2 * c_ + 1) + clip(delta, c_) + c_).data();
+  }
+
+  /// (q + u)·k + (q + v)·r_{clip(t−s, c)}, unscaled.
+  [[nodiscard]] double score(const T* q, position_t s, const T* k, position_t t) const noexcept {
+    const T* r = position_vector(saturating_offset(s, t));
+    const T *u = xl_.u(), *v = xl_.v();
+    double acc = 0;
+    for (index_t i = 0; i < dim(); ++i) {
+      const double qi = q[i];
+      acc += (qi + u[i]) * static_cast<double>(k[i]) + (qi + v[i]) * static_cast<double>(r[i]);
+    }
+    return acc;
+  }
+
+  /// 2d + (2c + 1)·d: u_h, v_h and G (the class comment).
+  [[nodiscard]] index_t parameter_count() const noexcept { return (2 + 2 * c_ + 1) * dim(); }
+  [[nodiscard]] std::vector<double> make_gradient() const {
+    return std::vector<double>(static_cast<std::size_t>(parameter_count()), 0.0);
+  }
+  /// dq += g(k + r), dk += g(q + u); du += g·k, dv += g·r, G_δ += g(q + v).
+  void score_backward(const T* q, position_t s, const T* k, position_t t, double g, T* dq, T* dk,
+                      double* grad) const noexcept {
+    const position_t delta = clip(saturating_offset(s, t), c_);
+    const T* r = position_vector(delta);
+    const T *u = xl_.u(), *v = xl_.v();
+    const index_t d = dim();
+    for (index_t i = 0; i < d; ++i) {
+      const double qi = q[i], ki = k[i], ri = r[i];
+      dq[i] += static_cast<T>(g * (ki + ri));
+      dk[i] += static_cast<T>(g * (qi + u[i]));
+      if (grad == nullptr) continue;
+      grad[i] += g * ki;
+      grad[d + i] += g * ri;
+      grad[2 * d + (delta + c_) * d + i] += g * (qi + v[i]);
+    }
+  }
+  /// Every head's gradient (`make_gradient()` of heads 0 … heads() − 1, or one for a
+  /// single-head encoding) as u, v and W_R in `transformer_xl`'s shapes.
+  [[nodiscard]] transformer_xl_gradient gradient_tables(std::span<const std::vector<double>> per_head) const {
+    constexpr const char* where = "lrpe::canonical::clamped_transformer_xl::gradient_tables";
+    const index_t heads = this->heads(), d = dim(), dm = xl_.model_dim(), rows = 2 * c_ + 1;
+    lrpe::detail::require_shape(static_cast<index_t>(per_head.size()) == heads, where, "per_head.size()",
+                                lrpe::detail::lazy_concat("must equal heads() = ", heads), per_head.size());
+    transformer_xl_gradient out{row_matrix<double>(heads, d), row_matrix<double>(heads, d),
+                                row_matrix<double>::Zero(heads * d, dm)};
+    std::vector<double> big_r(static_cast<std::size_t>(dm));  // R_{−δ}
+    for (index_t h = 0; h < heads; ++h) {
+      const auto& g = per_head[static_cast<std::size_t>(h)];
+      lrpe::detail::require_shape(static_cast<index_t>(g.size()) == parameter_count(), where, "per_head[h].size()",
+                                  lrpe::detail::lazy_concat("must equal parameter_count() = ", parameter_count()),
+                                  g.size());
+      for (index_t i = 0; i < d; ++i) {
+        out.u(h, i) = g[static_cast<std::size_t>(i)];
+        out.v(h, i) = g[static_cast<std::size_t>(d + i)];
+      }
+      for (index_t j = 0; j < rows; ++j) {
+        xl_.sinusoid(j - c_, big_r.data());
+        for (index_t m = 0; m < dm / 2; ++m) big_r[static_cast<std::size_t>(m)] = -big_r[static_cast<std::size_t>(m)];
+        const double* gj = g.data() + 2 * d + j * d;
+        for (index_t i = 0; i < d; ++i)
+          for (index_t m = 0; m < dm; ++m) out.w_r(h * d + i, m) += gj[i] * big_r[static_cast<std::size_t>(m)];
+      }
+    }
+    return out;
+  }
+
+  [[nodiscard]] auto canonical() const {
+    auto column = [x = *this](position_t delta, T* a) {
+      const T* r = x.position_vector(delta);
+      std::copy(r, r + x.dim(), a);
+    };
+    const index_t d = dim();
+    return canonical_form(
+        term(shift_map<T>(Eigen::Map<const dense_vector<T>>(xl_.u(), d)), identity_op<T>(d), identity_map<T>(d)),
+        term(shift_map<T>(Eigen::Map<const dense_vector<T>>(xl_.v(), d)), column_op<T, decltype(column)>(d, column),
+             one_map<T>(d)));
+  }
+
+ private:
+  transformer_xl<T> xl_;
+  position_t c_;
+  detail_::shared_table<row_matrix<T>> r_;
 };
 
 }  // namespace canonical

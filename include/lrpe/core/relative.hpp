@@ -14,7 +14,8 @@
  *   tile after scaling, as every implementation of those encodings does;
  * - any other `relative_encoding` (Shaw, DeBERTa, Transformer-XL) has content =
  *   `score(q, s, k, t)`, its full f_rel, and may carry its own default scale
- *   (`default_scale(d)`: 1/√(3d) for DeBERTa with both terms, 1 for T5).
+ *   (`default_scale(d)`: 1/√(3d) for DeBERTa with both terms, 1 for T5); a
+ *   `score_bias_encoding` (Chang et al.'s composite attention) has an unscaled bias too.
  *
  * A `value_encoding` (Shaw's a^V) also adds a position-dependent term to the output:
  * o_s = Σ_t α_st (v_t + a^V_{t−s}).
@@ -70,6 +71,20 @@ inline constexpr bool is_toeplitz_v = [] {
 template <class V>
 concept bounded_positions = requires(const V& v, const detail::call_span& c, const char* where) {
   v.require_positions(c, where);
+};
+
+/**
+ * A relative encoding with a direct score and, besides it, an unscaled bias (Chang et al.'s
+ * composite attention: Shaw's score and T5's buckets): it declares `has_score_bias = true` and
+ * has `bias(s, t)`; softmax attention's logit is scale·score(q_s, s, k_t, t) + bias(s, t) (the
+ * soft cap, when set, on the scaled score only). With `accumulate_bias_gradient(s, t, g, grad)`
+ * the backward adds the bias's parameter gradient as an additive encoding's.
+ */
+template <class V>
+concept score_bias_encoding = relative_encoding<V> && requires(const V& v, position_t s) {
+  { V::has_score_bias } -> std::convertible_to<bool>;
+  requires V::has_score_bias;
+  { v.bias(s, s) } -> std::convertible_to<double>;
 };
 
 /// A relative encoding that adds a^V_{t−s} to the values (Shaw et al.).

@@ -49,6 +49,12 @@ template <class T, class E>
 const dot_logits<T>& content_of(const biased_logits<T, E>& l) {
   return l.content;
 }
+template <class T, class E>
+score_logits<T, E> content_of(const score_logits<T, E>& l) {
+  score_logits<T, E> content = l;
+  content.with_bias = false;
+  return content;
+}
 template <class L>
 const L& content_of(const L& l) {
   return l;
@@ -240,8 +246,15 @@ void softmax_backward_kernel(reference, const softmax_backward_problem<T>& p, co
 template <class T, class E, class Reweight>
 void softmax_backward_kernel(reference, const softmax_backward_problem<T>& p, const dot_logits<T>&,
                              const score_logits<T, E>& logits, const Reweight& c) {
-  reference_detail::backward_tiles(p, logits, c, reference_detail::score_inputs<T, E>{logits, p.d_out},
-                                   [](position_t, position_t, T) {});
+  // a score_bias_encoding's bias gets dL/dbias(s, t) = dS_st (before the soft cap's derivative)
+  const auto bias_grad = [&]([[maybe_unused]] position_t s, [[maybe_unused]] position_t t, [[maybe_unused]] T ds) {
+    if constexpr (score_bias_encoding<E> && requires(const E& e, position_t x, double* g) {
+                    e.accumulate_bias_gradient(x, x, 0.0, g);
+                  }) {
+      if (p.bias_grad != nullptr) logits.encoding->accumulate_bias_gradient(s, t, static_cast<double>(ds), p.bias_grad);
+    }
+  };
+  reference_detail::backward_tiles(p, logits, c, reference_detail::score_inputs<T, E>{logits, p.d_out}, bias_grad);
 }
 
 }  // namespace backend
