@@ -952,3 +952,94 @@ TEST_CASE("sineSPE: the kernel formula; each draw's score is an unbiased estimat
   CHECK_THROWS_AS((void)cn::sine_spe<double>(freqs, offsets, gains).draw(0, 8, 1), lrpe::shape_error);
   CHECK_THROWS_AS((void)cn::sine_spe<double>(freqs, offsets, gains).draw(8, 0, 1), lrpe::shape_error);
 }
+
+TEST_CASE("convSPE: the kernel is the filters' cross-correlation; each draw's score is an unbiased estimate of "
+          "sqrt(R/D) sum q k P(s - t) (6 standard errors, as sineSPE's); the error falls as 1/sqrt(R); gating; "
+          "bad input") {
+  lrpe::generator g(0xC0DE);
+  const index_t d = 3, taps = 5;
+  rows a(d, taps), b(d, taps);
+  for (index_t i = 0; i < a.size(); ++i) {
+    a.data()[i] = g.normal();
+    b.data()[i] = g.normal();
+  }
+  const std::vector<double> gate{-0.5, 1.0, 0.2};
+  for (const bool gated : {false, true}) {
+    CAPTURE(gated);
+    const cn::conv_spe<double> spe(a, b, gated ? gate : std::vector<double>{});
+    CHECK(spe.kernel_size() == taps);
+    // P_d(δ) = E[q̄_d(m) k̄_d(m − δ)]·√(RD)/R, written as the filters' overlap at the lag
+    for (index_t i = 0; i < d; ++i) {
+      for (position_t lag = -taps - 1; lag <= taps + 1; ++lag) {
+        double p = 0;
+        for (index_t j = 0; j < taps; ++j)
+          for (index_t jj = 0; jj < taps; ++jj)
+            if (j + lag == jj) p += a(i, j) * b(i, jj);  // a_j z(m + j) meets b_jj z(n + jj) where m + j = n + jj
+        if (gated) {
+          const double gg = 1 / (1 + std::exp(-gate[std::size_t(i)]));
+          p = (1 - gg) * p + gg;
+        }
+        CAPTURE(lag);
+        CHECK(spe.kernel(i, lag) == doctest::Approx(p).epsilon(1e-13));
+      }
+    }
+    const index_t n = 9, r = 4096;
+    const cn::spe_code<double> code = spe.draw(n, r, 78);
+    for (int pair = 0; pair < 20; ++pair) {
+      Eigen::VectorXd q(d), k(d);
+      for (index_t i = 0; i < d; ++i) {
+        q(i) = g.normal();
+        k(i) = g.normal();
+      }
+      const auto s = static_cast<position_t>(g.below(n)), t = static_cast<position_t>(g.below(n));
+      double sum = 0, sum2 = 0;
+      for (index_t c = 0; c < r; ++c) {
+        double xq = 0, xk = 0;
+        for (index_t i = 0; i < d; ++i) {
+          xq += q(i) * code.q_bar()(s, i * r + c);
+          xk += k(i) * code.k_bar()(t, i * r + c);
+        }
+        sum += xq * xk;
+        sum2 += xq * xk * xq * xk;
+      }
+      const double var = (sum2 - sum * sum / double(r)) / double(r - 1);
+      CHECK(std::abs(sum - spe.expected_score(q.data(), s, k.data(), t, r)) <= 6 * std::sqrt(double(r) * var));
+    }
+  }
+  {
+    const cn::conv_spe<double> spe(a, b);
+    const index_t n = 8;
+    const auto rms_error = [&](index_t r, std::uint64_t seed) {
+      const cn::spe_code<double> code = spe.draw(n, r, seed);
+      lrpe::generator h(10);
+      double err = 0, mag = 0;
+      for (int pair = 0; pair < 200; ++pair) {
+        Eigen::VectorXd q(d), k(d);
+        for (index_t i = 0; i < d; ++i) {
+          q(i) = h.normal();
+          k(i) = h.normal();
+        }
+        const auto s = static_cast<position_t>(h.below(n)), t = static_cast<position_t>(h.below(n));
+        const double want = spe.expected_score(q.data(), s, k.data(), t, r) / std::sqrt(double(r));
+        const double got = code.score(q.data(), s, k.data(), t) / std::sqrt(double(r));
+        err += (got - want) * (got - want);
+        mag += want * want;
+      }
+      return std::sqrt(err / mag);
+    };
+    const double coarse = rms_error(64, 1), fine = rms_error(16384, 2);
+    CAPTURE(coarse);
+    CAPTURE(fine);
+    CHECK(fine < coarse / 8);  // √(16384/64) = 16 expected
+    // one seed, one code
+    CHECK(spe.draw(n, 8, 5).q_bar() == spe.draw(n, 8, 5).q_bar());
+  }
+  CHECK_THROWS_AS(cn::conv_spe<double>(a, rows(d, taps + 1)), lrpe::shape_error);
+  CHECK_THROWS_AS(cn::conv_spe<double>(a, b, std::vector<double>(2)), lrpe::shape_error);
+  rows bad = b;
+  bad(1, 2) = NAN;
+  CHECK_THROWS_AS(cn::conv_spe<double>(a, bad), lrpe::domain_error);
+  CHECK_THROWS_AS(cn::conv_spe<double>(a, b, std::vector<double>{0.0, INFINITY, 0.0}), lrpe::domain_error);
+  CHECK_THROWS_AS((void)cn::conv_spe<double>(a, b).draw(0, 8, 1), lrpe::shape_error);
+  CHECK_THROWS_AS((void)cn::conv_spe<double>(a, b).draw(8, 0, 1), lrpe::shape_error);
+}

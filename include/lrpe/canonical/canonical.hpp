@@ -20,7 +20,7 @@
  * | `urpe` | post-softmax reweighting (not an f_rel) | – | – |
  * | `pair_bias` (Swin's window bias, Graphormer's spatial encoding) | additive, keyed on (s, t) | – | no |
  * | `tupe` (untied absolute positions, relative buckets, [CLS] reset) | additive, keyed on (s, t) | – | no |
- * | `sine_spe` → `spe_code` (stochastic positional encoding) | random features, relative in expectation | – | yes (a draw) |
+ * | `sine_spe`, `conv_spe` → `spe_code` (stochastic positional encoding) | random features, relative in expectation | – | yes (a draw) |
  */
 #pragma once
 

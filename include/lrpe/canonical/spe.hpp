@@ -30,6 +30,18 @@
  * elu + 1) is applied to q and k before the code, as for every linearizable encoding. Angles are
  * exact: 2π f_dk·m by the exact product of m and fl(2π f_dk) (detail/angle.hpp), then θ added as
  * a rotation. Draws use lrpe's documented generator: one seed gives the same code everywhere.
+ *
+ * convSPE (`conv_spe`): per feature d two learned filters a_d, b_d of K taps filter one white
+ * noise signal z_d (one per realization), q̄_d(m) = Σ_j a_dj z_d(m + j) / (RD)^¼ and
+ * k̄_d(n) = Σ_j b_dj z_d(n + j) / (RD)^¼ (the reference's two grouped `Conv1d`s, which are
+ * correlations), so that the kernel is the filters' cross-correlation
+ *
+ *     P_d(δ) = Σ_j a_dj b_d,j+δ   (0 ≤ j, j + δ < K; 0 for |δ| ≥ K),   δ = s − t,
+ *
+ * gated as sineSPE's, with the same expectation √(R/D) Σ_d q_d k_d P̃_d(s − t). The reference
+ * draws a longer signal and drops its borders; only the n + K − 1 samples that reach positions
+ * 0 … n − 1 matter, and those are what `draw` draws (the same distribution). A draw costs
+ * O(n·K·D·R).
  */
 #pragma once
 
@@ -39,7 +51,9 @@
 #include <lrpe/core/view.hpp>
 #include <lrpe/detail/angle.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <numbers>
 #include <vector>
@@ -50,6 +64,32 @@ namespace canonical {
 
 template <real_scalar T>
 class spe_code;
+
+namespace detail_ {
+/// The raw gates as g = sigmoid(gate) (checked finite); empty stays empty.
+inline std::vector<double> spe_gates(std::vector<double> gate, const char* where) {
+  for (double& g : gate) {
+    require_finite_value(g, where, "gate");
+    g = 1.0 / (1.0 + std::exp(-g));
+  }
+  return gate;
+}
+/// The gating noise ε ~ N(0, (DR)^−½), one per (d, r), d-major (none when not gated).
+inline std::vector<double> spe_gating_noise(generator& g, index_t d, index_t r, bool gated) {
+  std::vector<double> eps;
+  if (!gated) return eps;
+  eps.resize(static_cast<std::size_t>(d * r));
+  const double scale = 1.0 / std::sqrt(std::sqrt(static_cast<double>(d) * static_cast<double>(r)));
+  for (double& e : eps) e = g.normal() * scale;
+  return eps;
+}
+/// The draw's checks of `length` and `realizations`.
+inline void require_spe_draw(index_t length, index_t d, index_t r, const char* where) {
+  lrpe::detail::require_shape(length >= 1, where, "length", "must be >= 1", length);
+  lrpe::detail::require_shape(r >= 1 && r <= max_dim && d * r <= std::numeric_limits<index_t>::max() / length, where,
+                              "realizations", "must be in [1, lrpe::max_dim] with length x D x R an index_t", r);
+}
+}  // namespace detail_
 
 /// sineSPE's parameters of one head: D features × K sinusoids (raw, as the reference stores them).
 template <real_scalar T>
@@ -74,10 +114,7 @@ class sine_spe {
     detail_::require_finite_table(f_, where, "freqs");
     detail_::require_finite_table(theta_, where, "offsets");
     detail_::require_finite_table(lambda_, where, "gains");
-    for (double& g : gate_) {
-      detail_::require_finite_value(g, where, "gate");
-      g = 1.0 / (1.0 + std::exp(-g));
-    }
+    gate_ = detail_::spe_gates(std::move(gate_), where);
     for (index_t i = 0; i < f_.size(); ++i) {
       f_.data()[i] = 0.5 / (1.0 + std::exp(-f_.data()[i]));
       const double x = lambda_.data()[i];  // softplus, without overflow
@@ -201,9 +238,7 @@ template <real_scalar T>
 spe_code<T> sine_spe<T>::draw(index_t length, index_t realizations, std::uint64_t seed) const {
   constexpr const char* where = "lrpe::canonical::sine_spe::draw";
   const index_t d = dim(), kk = sines(), r = realizations;
-  lrpe::detail::require_shape(length >= 1, where, "length", "must be >= 1", length);
-  lrpe::detail::require_shape(r >= 1 && r <= max_dim && d * r <= std::numeric_limits<index_t>::max() / length, where,
-                              "realizations", "must be in [1, lrpe::max_dim] with length x D x R an index_t", r);
+  detail_::require_spe_draw(length, d, r, where);
   generator g(seed);
   // Z: per feature, 2K × R, N(0, 1/2K) scaled by the sinusoid's gain (both of its rows)
   std::vector<double> z(static_cast<std::size_t>(d * 2 * kk * r));
@@ -212,12 +247,7 @@ spe_code<T> sine_spe<T>::draw(index_t length, index_t realizations, std::uint64_
     for (index_t j = 0; j < 2 * kk; ++j)
       for (index_t c = 0; c < r; ++c)
         z[static_cast<std::size_t>((i * 2 * kk + j) * r + c)] = g.normal() * z_scale * lambda_(i, j / 2);
-  std::vector<double> eps;
-  if (gated()) {
-    eps.resize(static_cast<std::size_t>(d * r));
-    const double e_scale = 1.0 / std::sqrt(std::sqrt(static_cast<double>(d) * static_cast<double>(r)));
-    for (double& e : eps) e = g.normal() * e_scale;
-  }
+  const std::vector<double> eps = detail_::spe_gating_noise(g, d, r, gated());
   const double scale = 1.0 / std::sqrt(std::sqrt(static_cast<double>(r) * static_cast<double>(d)));
   row_matrix<T> qb(length, d * r), kb(length, d * r);
   std::vector<double> oq(static_cast<std::size_t>(2 * kk)), ok(static_cast<std::size_t>(2 * kk));
@@ -246,6 +276,96 @@ spe_code<T> sine_spe<T>::draw(index_t length, index_t realizations, std::uint64_
   }
   return spe_code<T>(d, r, std::move(qb), std::move(kb));
 }
+
+/// convSPE's parameters of one head: D features × K taps of the query and key filters.
+template <real_scalar T>
+class conv_spe {
+ public:
+  using scalar = T;
+
+  /**
+   * @param q_filters, k_filters D × K: a (makes q̄) and b (makes k̄), as the reference's two
+   *        grouped convolutions hold them.
+   * @param gate D raw gates (g = sigmoid(gate)), or empty: no gating.
+   * @throws shape_error (sizes), domain_error (a non-finite entry).
+   */
+  conv_spe(row_matrix<double> q_filters, row_matrix<double> k_filters, std::vector<double> gate = {})
+      : a_(std::move(q_filters)), b_(std::move(k_filters)) {
+    constexpr const char* where = "lrpe::canonical::conv_spe";
+    lrpe::detail::require_shape(a_.rows() >= 1 && a_.cols() >= 1, where, "q_filters", "must be D x K with D, K >= 1",
+                                lrpe::detail::lazy_concat(a_.rows(), "x", a_.cols()));
+    detail_::require_table_shape(b_, a_.rows(), a_.cols(), where, "k_filters");
+    lrpe::detail::require_shape(gate.empty() || static_cast<index_t>(gate.size()) == a_.rows(), where, "gate.size()",
+                                lrpe::detail::lazy_concat("must be 0 (no gating) or D = ", a_.rows()), gate.size());
+    detail_::require_finite_table(a_, where, "q_filters");
+    detail_::require_finite_table(b_, where, "k_filters");
+    gate_ = detail_::spe_gates(std::move(gate), where);
+  }
+
+  [[nodiscard]] index_t dim() const noexcept { return a_.rows(); }
+  [[nodiscard]] index_t kernel_size() const noexcept { return a_.cols(); }
+  [[nodiscard]] bool gated() const noexcept { return !gate_.empty(); }
+  [[nodiscard]] double gate(index_t d) const noexcept { return gated() ? gate_[static_cast<std::size_t>(d)] : 0.0; }
+
+  /// P̃_d(δ): (1 − g_d)·Σ_j a_dj b_d,j+δ + g_d, for the lag δ = s − t.
+  [[nodiscard]] double kernel(index_t d, position_t delta) const noexcept {
+    const index_t kk = kernel_size();
+    double p = 0;
+    if (delta > -kk && delta < kk) {
+      const auto lag = static_cast<index_t>(delta);
+      for (index_t j = std::max<index_t>(0, -lag); j < kk && j + lag < kk; ++j) p += a_(d, j) * b_(d, j + lag);
+    }
+    return gated() ? (1 - gate(d)) * p + gate(d) : p;
+  }
+  /// E[φ_q(q, s)·φ_k(k, t)] over the draws of R realizations: √(R/D) Σ_d q_d k_d P̃_d(s − t).
+  [[nodiscard]] double expected_score(const T* q, position_t s, const T* k, position_t t, index_t realizations) const {
+    const position_t lag = lrpe::detail::checked_offset(t, s, "lrpe::canonical::conv_spe::expected_score");  // s − t
+    double acc = 0;
+    for (index_t d = 0; d < dim(); ++d) acc += static_cast<double>(q[d]) * static_cast<double>(k[d]) * kernel(d, lag);
+    return std::sqrt(static_cast<double>(realizations) / static_cast<double>(dim())) * acc;
+  }
+
+  /**
+   * One draw of the code for positions 0 … length − 1 and R realizations, from `generator(seed)`
+   * (z_d of realization r: length + K − 1 samples, d-major then r; then ε, d-major then r).
+   * @throws shape_error (length < 1, realizations < 1, sizes past index_t).
+   */
+  [[nodiscard]] spe_code<T> draw(index_t length, index_t realizations, std::uint64_t seed) const {
+    constexpr const char* where = "lrpe::canonical::conv_spe::draw";
+    const index_t d = dim(), kk = kernel_size(), r = realizations;
+    detail_::require_spe_draw(length, d, r, where);
+    lrpe::detail::require_shape(kk - 1 <= std::numeric_limits<index_t>::max() / (d * r) - length, where, "length",
+                                "must keep D x R x (length + K - 1) noise samples an index_t", length);
+    generator g(seed);
+    const index_t samples = length + kk - 1;
+    std::vector<double> z(static_cast<std::size_t>(d * r * samples));
+    for (double& x : z) x = g.normal();
+    const std::vector<double> eps = detail_::spe_gating_noise(g, d, r, gated());
+    const double scale = 1.0 / std::sqrt(std::sqrt(static_cast<double>(r) * static_cast<double>(d)));
+    row_matrix<T> qb(length, d * r), kb(length, d * r);
+    for (index_t i = 0; i < d; ++i) {
+      const double keep = gated() ? std::sqrt(1 - gate(i)) : 1.0, mix = gated() ? std::sqrt(gate(i)) : 0.0;
+      for (index_t c = 0; c < r; ++c) {
+        const double* zs = z.data() + (i * r + c) * samples;
+        const double e = gated() ? eps[static_cast<std::size_t>(i * r + c)] : 0.0;
+        for (index_t m = 0; m < length; ++m) {
+          double vq = 0, vk = 0;
+          for (index_t j = 0; j < kk; ++j) {
+            vq += a_(i, j) * zs[m + j];
+            vk += b_(i, j) * zs[m + j];
+          }
+          qb(m, i * r + c) = static_cast<T>(keep * vq * scale + mix * e);
+          kb(m, i * r + c) = static_cast<T>(keep * vk * scale + mix * e);
+        }
+      }
+    }
+    return spe_code<T>(d, r, std::move(qb), std::move(kb));
+  }
+
+ private:
+  row_matrix<double> a_, b_;
+  std::vector<double> gate_;
+};
 
 }  // namespace canonical
 }  // namespace v0
