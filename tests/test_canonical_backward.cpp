@@ -705,3 +705,68 @@ TEST_CASE("canonical backward: bad gradients are clear errors") {
   CHECK(right.size() == 12);
   CHECK_THROWS_AS((void)shaw.key_gradient(wrong), lrpe::shape_error);
 }
+
+TEST_CASE("SPE training: linear attention's backward fills the code's gradient, draw_backward takes it to sineSPE's "
+          "and convSPE's raw parameters; against differences of the whole loss (each draw from the same seed)") {
+  namespace cn = lrpe::canonical;
+  constexpr index_t d = 3, n = 6, r = 8, dv = 2, sines = 2, taps = 3;
+  constexpr std::uint64_t seed = 5;
+  const auto q = uniform<double>(n, d, 90), k = uniform<double>(n, d, 91), v = uniform<double>(n, dv, 92);
+  const auto d_out = uniform<double>(n, dv, 93);
+  const lrpe::linear_options lo{.causal = true};
+  // L = Σ dO∘out of linear attention (identity map) with the code that `make` draws from w
+  const auto loss_of = [&](const auto& make) {
+    return [&, make](const params& w) {
+      lrpe::row_matrix<double> out(n, dv);
+      lrpe::linear_attention(q, k, v, out, make(w).draw(n, r, seed), lrpe::feature_maps::identity{}, lo);
+      return ld((out.array() * d_out.array()).sum());
+    };
+  };
+  const auto grad_of = [&](const auto& spe) {
+    const auto code = spe.draw(n, r, seed);
+    auto cg = code.make_gradient();
+    lrpe::row_matrix<double> dq(n, d), dk(n, d), dvv(n, dv);
+    lrpe::linear_attention_backward(q, k, v, d_out, dq, dk, dvv, code, lrpe::feature_maps::identity{}, lo, &cg);
+    return spe.draw_backward(n, r, seed, cg);
+  };
+  const auto table = [](const params& w, std::size_t at, index_t rows, index_t cols) {
+    lrpe::row_matrix<double> m(rows, cols);
+    for (index_t i = 0; i < m.size(); ++i) m.data()[i] = w[at + std::size_t(i)];
+    return m;
+  };
+  for (const bool gated : {false, true}) {
+    CAPTURE(gated);
+    // sineSPE: w = [freqs, offsets, gains (d × K each), gate (d)]
+    params w = flat(uniform<double>(1, 3 * d * sines + d, 94));
+    const std::size_t block = std::size_t(d * sines);
+    const auto make_sine = [&, gated](const params& x) {
+      return cn::sine_spe<double>(table(x, 0, d, sines), table(x, block, d, sines), table(x, 2 * block, d, sines),
+                                  gated ? params(x.begin() + 3 * std::ptrdiff_t(block), x.end()) : params{});
+    };
+    const auto gs = grad_of(make_sine(w));
+    params got;
+    for (const auto* m : {&gs.freqs, &gs.offsets, &gs.gains}) got.insert(got.end(), m->data(), m->data() + m->size());
+    got.insert(got.end(), gs.gate.begin(), gs.gate.end());
+    std::vector<ld> want;
+    const auto loss_sine = loss_of(make_sine);
+    for (std::size_t j = 0; j < (gated ? w.size() : 3 * block); ++j) want.push_back(derivative(w, j, 1e-4, loss_sine));
+    CHECK(relative_error(got, want) <= 1e-7);
+    // convSPE: w = [q filters, k filters (d × K each), gate (d)]
+    params c = flat(uniform<double>(1, 2 * d * taps + d, 95));
+    const std::size_t cb = std::size_t(d * taps);
+    const auto make_conv = [&, gated](const params& x) {
+      return cn::conv_spe<double>(table(x, 0, d, taps), table(x, cb, d, taps),
+                                  gated ? params(x.begin() + 2 * std::ptrdiff_t(cb), x.end()) : params{});
+    };
+    const auto gc = grad_of(make_conv(c));
+    got.clear();
+    for (const auto* m : {&gc.q_filters, &gc.k_filters}) got.insert(got.end(), m->data(), m->data() + m->size());
+    got.insert(got.end(), gc.gate.begin(), gc.gate.end());
+    want.clear();
+    const auto loss_conv = loss_of(make_conv);
+    for (std::size_t j = 0; j < (gated ? c.size() : 2 * cb); ++j) want.push_back(derivative(c, j, 1e-4, loss_conv));
+    CHECK(relative_error(got, want) <= 1e-7);
+  }
+  const auto spe = cn::conv_spe<double>(uniform<double>(d, taps, 96), uniform<double>(d, taps, 97));
+  CHECK_THROWS_AS((void)spe.draw_backward(n, r, seed, params(3)), lrpe::shape_error);
+}

@@ -42,6 +42,10 @@
  * draws a longer signal and drops its borders; only the n + K − 1 samples that reach positions
  * 0 … n − 1 matter, and those are what `draw` draws (the same distribution). A draw costs
  * O(n·K·D·R).
+ *
+ * Training: a code's `make_gradient()` holds dL/dq̄ and dL/dk̄, which attention's backward fills
+ * (through `features_backward`); the SPE's `draw_backward(length, R, seed, code_gradient)` draws
+ * the same noise again and returns the gradients of its raw parameters.
  */
 #pragma once
 
@@ -56,6 +60,7 @@
 #include <limits>
 #include <memory>
 #include <numbers>
+#include <span>
 #include <vector>
 
 namespace lrpe {
@@ -64,6 +69,17 @@ namespace canonical {
 
 template <real_scalar T>
 class spe_code;
+
+/// sineSPE's parameter gradients, in the raw parameters' shapes (`sine_spe::draw_backward`).
+struct sine_spe_gradient {
+  row_matrix<double> freqs, offsets, gains;  ///< D × K
+  std::vector<double> gate;                  ///< D, or empty when not gated
+};
+/// convSPE's parameter gradients (`conv_spe::draw_backward`).
+struct conv_spe_gradient {
+  row_matrix<double> q_filters, k_filters;  ///< D × K
+  std::vector<double> gate;                 ///< D, or empty when not gated
+};
 
 namespace detail_ {
 /// The raw gates as g = sigmoid(gate) (checked finite); empty stays empty.
@@ -83,6 +99,21 @@ inline std::vector<double> spe_gating_noise(generator& g, index_t d, index_t r, 
   for (double& e : eps) e = g.normal() * scale;
   return eps;
 }
+/**
+ * d(√(1 − g)·a + √g·e)/d(raw gate) for g = sigmoid(gate): −(g√(1 − g)/2)·a + (√g(1 − g)/2)·e.
+ */
+inline double spe_gate_derivative(double g, double a, double e) noexcept {
+  return -0.5 * g * std::sqrt(1 - g) * a + 0.5 * std::sqrt(g) * (1 - g) * e;
+}
+/// The draw_backward's check of the code's gradient (`spe_code::make_gradient()` of the draw).
+inline void require_code_gradient(std::span<const double> grad, index_t length, index_t d, index_t r,
+                                  const char* where) {
+  lrpe::detail::require_shape(static_cast<index_t>(grad.size()) == 2 * length * d * r, where, "code_gradient.size()",
+                              lrpe::detail::lazy_concat("must be 2 x length x D x R = ", 2 * length * d * r,
+                                                        " (spe_code::make_gradient() of the draw)"),
+                              grad.size());
+}
+
 /// The draw's checks of `length` and `realizations`.
 inline void require_spe_draw(index_t length, index_t d, index_t r, const char* where) {
   lrpe::detail::require_shape(length >= 1, where, "length", "must be >= 1", length);
@@ -162,7 +193,29 @@ class sine_spe {
    */
   [[nodiscard]] spe_code<T> draw(index_t length, index_t realizations, std::uint64_t seed) const;
 
+  /**
+   * The gradients of the raw parameters (freqs, offsets, gains, gate) from the gradient of the
+   * code that `draw(length, realizations, seed)` returned (`spe_code::make_gradient()`, filled by
+   * attention's backward): the draw's random numbers are drawn again from the seed, and the
+   * code's dependence on the parameters is differentiated through the squashing functions.
+   * @throws shape_error (as `draw`; code_gradient's size).
+   */
+  [[nodiscard]] sine_spe_gradient draw_backward(index_t length, index_t realizations, std::uint64_t seed,
+                                                std::span<const double> code_gradient) const;
+
  private:
+  struct noise {
+    std::vector<double> n, eps;  ///< N(0, 1) of Z (d-major, then Z's row, then r); the gating noise
+  };
+  [[nodiscard]] noise draw_noise(index_t r, std::uint64_t seed) const {
+    generator g(seed);
+    noise out;
+    out.n.resize(static_cast<std::size_t>(dim() * 2 * sines() * r));
+    for (double& x : out.n) x = g.normal();
+    out.eps = detail_::spe_gating_noise(g, dim(), r, gated());
+    return out;
+  }
+
   row_matrix<double> f_, theta_, lambda_;
   std::vector<double> gate_;
 };
@@ -197,9 +250,15 @@ class spe_code {
     for (index_t d = 0; d < d_; ++d)
       for (index_t r = 0; r < r_; ++r) out[r] += x[d] * bar[d * r_ + r];
   }
-  /// The features' backward: dx_d = Σ_r g_r·bar_d(m)_r (the code has no trained parameters here:
-  /// a draw is a constant of the step).
-  void features_backward(side which, const T* /*x*/, const T* g, position_t m, T* dx, double* /*grad*/) const {
+  /// The code's own "parameters" for the gradient: q̄ then k̄ (length × D·R each, row-major as
+  /// `q_bar()` and `k_bar()`), 2·length·D·R entries; `draw_backward` of the SPE that drew the code
+  /// takes them to its parameters.
+  [[nodiscard]] index_t parameter_count() const noexcept { return bars_->q.size() + bars_->k.size(); }
+  [[nodiscard]] std::vector<double> make_gradient() const {
+    return std::vector<double>(static_cast<std::size_t>(parameter_count()), 0.0);
+  }
+  /// The features' backward: dx_d = Σ_r g_r·bar_d(m)_r, and (grad not null) dL/dbar_d(m)_r += g_r·x_d.
+  void features_backward(side which, const T* x, const T* g, position_t m, T* dx, double* grad) const {
     require_position(m, "lrpe::canonical::spe_code::features_backward");
     const T* bar = (which == side::query ? bars_->q : bars_->k).row(static_cast<index_t>(m)).data();
     for (index_t d = 0; d < d_; ++d) {
@@ -207,6 +266,10 @@ class spe_code {
       for (index_t r = 0; r < r_; ++r) acc += g[r] * bar[d * r_ + r];
       dx[d] = acc;
     }
+    if (grad == nullptr) return;
+    double* gb = grad + (which == side::key ? bars_->q.size() : 0) + m * d_ * r_;
+    for (index_t d = 0; d < d_; ++d)
+      for (index_t r = 0; r < r_; ++r) gb[d * r_ + r] += static_cast<double>(g[r]) * static_cast<double>(x[d]);
   }
   /// This realization's score φ_q(q, s)·φ_k(k, t) (an estimate of `sine_spe::expected_score`).
   [[nodiscard]] double score(const T* q, position_t s, const T* k, position_t t) const {
@@ -239,15 +302,17 @@ spe_code<T> sine_spe<T>::draw(index_t length, index_t realizations, std::uint64_
   constexpr const char* where = "lrpe::canonical::sine_spe::draw";
   const index_t d = dim(), kk = sines(), r = realizations;
   detail_::require_spe_draw(length, d, r, where);
-  generator g(seed);
+  const noise nz = draw_noise(r, seed);
   // Z: per feature, 2K × R, N(0, 1/2K) scaled by the sinusoid's gain (both of its rows)
-  std::vector<double> z(static_cast<std::size_t>(d * 2 * kk * r));
+  std::vector<double> z(nz.n.size());
   const double z_scale = 1.0 / std::sqrt(2.0 * static_cast<double>(kk));
   for (index_t i = 0; i < d; ++i)
     for (index_t j = 0; j < 2 * kk; ++j)
-      for (index_t c = 0; c < r; ++c)
-        z[static_cast<std::size_t>((i * 2 * kk + j) * r + c)] = g.normal() * z_scale * lambda_(i, j / 2);
-  const std::vector<double> eps = detail_::spe_gating_noise(g, d, r, gated());
+      for (index_t c = 0; c < r; ++c) {
+        const auto at = static_cast<std::size_t>((i * 2 * kk + j) * r + c);
+        z[at] = nz.n[at] * z_scale * lambda_(i, j / 2);
+      }
+  const std::vector<double>& eps = nz.eps;
   const double scale = 1.0 / std::sqrt(std::sqrt(static_cast<double>(r) * static_cast<double>(d)));
   row_matrix<T> qb(length, d * r), kb(length, d * r);
   std::vector<double> oq(static_cast<std::size_t>(2 * kk)), ok(static_cast<std::size_t>(2 * kk));
@@ -275,6 +340,70 @@ spe_code<T> sine_spe<T>::draw(index_t length, index_t realizations, std::uint64_
     }
   }
   return spe_code<T>(d, r, std::move(qb), std::move(kb));
+}
+
+/**
+ * q̄ ∝ λ(cos(αm + θ) n₀ + sin(αm + θ) n₁) and k̄ ∝ λ(cos(αm) n₀ + sin(αm) n₁) per sinusoid
+ * (α = 2πf): the angle's derivative turns (cos, sin) into (−sin, cos); then f = sigmoid(φ)/2
+ * gives dα/dφ = 2π f(1 − 2f), λ = softplus(γ) gives dλ/dγ = 1 − e^{−λ}.
+ */
+template <real_scalar T>
+sine_spe_gradient sine_spe<T>::draw_backward(index_t length, index_t realizations, std::uint64_t seed,
+                                             std::span<const double> code_gradient) const {
+  constexpr const char* where = "lrpe::canonical::sine_spe::draw_backward";
+  const index_t d = dim(), kk = sines(), r = realizations;
+  detail_::require_spe_draw(length, d, r, where);
+  detail_::require_code_gradient(code_gradient, length, d, r, where);
+  const noise nz = draw_noise(r, seed);
+  const double z_scale = 1.0 / std::sqrt(2.0 * static_cast<double>(kk));
+  const double scale = 1.0 / std::sqrt(std::sqrt(static_cast<double>(r) * static_cast<double>(d)));
+  sine_spe_gradient out{row_matrix<double>::Zero(d, kk), row_matrix<double>::Zero(d, kk),
+                        row_matrix<double>::Zero(d, kk), std::vector<double>(gated() ? d : 0, 0.0)};
+  row_matrix<double> d_alpha = row_matrix<double>::Zero(d, kk);
+  const double* g_q = code_gradient.data();
+  const double* g_k = g_q + length * d * r;
+  std::vector<lrpe::detail::cos_sin> aq(static_cast<std::size_t>(kk)), ak(aq.size());
+  for (index_t m = 0; m < length; ++m) {
+    for (index_t i = 0; i < d; ++i) {
+      for (index_t k = 0; k < kk; ++k) {
+        aq[static_cast<std::size_t>(k)] = angle(i, k, m, true);
+        ak[static_cast<std::size_t>(k)] = angle(i, k, m, false);
+      }
+      const double gi = gate(i), keep = gated() ? std::sqrt(1 - gi) : 1.0;
+      for (index_t c = 0; c < r; ++c) {
+        const double grad_q = g_q[(m * d + i) * r + c], grad_k = g_k[(m * d + i) * r + c];
+        if (grad_q == 0 && grad_k == 0) continue;
+        const double gq = grad_q * keep * scale, gk = grad_k * keep * scale;
+        double vq = 0, vk = 0;  // the ungated sums
+        for (index_t k = 0; k < kk; ++k) {
+          const double n0 = nz.n[static_cast<std::size_t>((i * 2 * kk + 2 * k) * r + c)] * z_scale;
+          const double n1 = nz.n[static_cast<std::size_t>((i * 2 * kk + 2 * k + 1) * r + c)] * z_scale;
+          const auto& q_a = aq[static_cast<std::size_t>(k)];
+          const auto& k_a = ak[static_cast<std::size_t>(k)];
+          const double lam = lambda_(i, k);
+          const double turn_q = lam * (-q_a.s * n0 + q_a.c * n1), turn_k = lam * (-k_a.s * n0 + k_a.c * n1);
+          const double along_q = q_a.c * n0 + q_a.s * n1, along_k = k_a.c * n0 + k_a.s * n1;
+          out.offsets(i, k) += gq * turn_q;
+          d_alpha(i, k) += static_cast<double>(m) * (gq * turn_q + gk * turn_k);
+          out.gains(i, k) += gq * along_q + gk * along_k;  // dL/dλ, chained below
+          vq += lam * along_q;
+          vk += lam * along_k;
+        }
+        if (gated()) {
+          const double e = nz.eps[static_cast<std::size_t>(i * r + c)];
+          out.gate[static_cast<std::size_t>(i)] += grad_q * detail_::spe_gate_derivative(gi, vq * scale, e) +
+                                                   grad_k * detail_::spe_gate_derivative(gi, vk * scale, e);
+        }
+      }
+    }
+  }
+  for (index_t i = 0; i < d; ++i)
+    for (index_t k = 0; k < kk; ++k) {
+      const double f = f_(i, k);
+      out.freqs(i, k) = d_alpha(i, k) * 2.0 * std::numbers::pi * f * (1 - 2 * f);
+      out.gains(i, k) *= -std::expm1(-lambda_(i, k));
+    }
+  return out;
 }
 
 /// convSPE's parameters of one head: D features × K taps of the query and key filters.
@@ -336,11 +465,9 @@ class conv_spe {
     detail_::require_spe_draw(length, d, r, where);
     lrpe::detail::require_shape(kk - 1 <= std::numeric_limits<index_t>::max() / (d * r) - length, where, "length",
                                 "must keep D x R x (length + K - 1) noise samples an index_t", length);
-    generator g(seed);
     const index_t samples = length + kk - 1;
-    std::vector<double> z(static_cast<std::size_t>(d * r * samples));
-    for (double& x : z) x = g.normal();
-    const std::vector<double> eps = detail_::spe_gating_noise(g, d, r, gated());
+    const noise nz = draw_noise(length, r, seed);
+    const std::vector<double>&z = nz.z, &eps = nz.eps;
     const double scale = 1.0 / std::sqrt(std::sqrt(static_cast<double>(r) * static_cast<double>(d)));
     row_matrix<T> qb(length, d * r), kb(length, d * r);
     for (index_t i = 0; i < d; ++i) {
@@ -362,7 +489,65 @@ class conv_spe {
     return spe_code<T>(d, r, std::move(qb), std::move(kb));
   }
 
+  /**
+   * The gradients of the filters and raw gates from the gradient of the code that
+   * `draw(length, realizations, seed)` returned (`spe_code::make_gradient()`), the noise drawn
+   * again from the seed: dL/da_dj = Σ dL/dq̄_d(m)·√(1 − g_d)·z(m + j)/(RD)^¼, b likewise.
+   * @throws shape_error (as `draw`; code_gradient's size).
+   */
+  [[nodiscard]] conv_spe_gradient draw_backward(index_t length, index_t realizations, std::uint64_t seed,
+                                                std::span<const double> code_gradient) const {
+    constexpr const char* where = "lrpe::canonical::conv_spe::draw_backward";
+    const index_t d = dim(), kk = kernel_size(), r = realizations;
+    detail_::require_spe_draw(length, d, r, where);
+    detail_::require_code_gradient(code_gradient, length, d, r, where);
+    lrpe::detail::require_shape(kk - 1 <= std::numeric_limits<index_t>::max() / (d * r) - length, where, "length",
+                                "must keep D x R x (length + K - 1) noise samples an index_t", length);
+    const index_t samples = length + kk - 1;
+    const noise nz = draw_noise(length, r, seed);
+    const double scale = 1.0 / std::sqrt(std::sqrt(static_cast<double>(r) * static_cast<double>(d)));
+    conv_spe_gradient out{row_matrix<double>::Zero(d, kk), row_matrix<double>::Zero(d, kk),
+                          std::vector<double>(gated() ? d : 0, 0.0)};
+    const double* g_q = code_gradient.data();
+    const double* g_k = g_q + length * d * r;
+    for (index_t i = 0; i < d; ++i) {
+      const double gi = gate(i), keep = gated() ? std::sqrt(1 - gi) : 1.0;
+      for (index_t c = 0; c < r; ++c) {
+        const double* zs = nz.z.data() + (i * r + c) * samples;
+        for (index_t m = 0; m < length; ++m) {
+          const double grad_q = g_q[(m * d + i) * r + c], grad_k = g_k[(m * d + i) * r + c];
+          const double gq = grad_q * keep * scale, gk = grad_k * keep * scale;
+          double vq = 0, vk = 0;  // the ungated sums
+          for (index_t j = 0; j < kk; ++j) {
+            out.q_filters(i, j) += gq * zs[m + j];
+            out.k_filters(i, j) += gk * zs[m + j];
+            vq += a_(i, j) * zs[m + j];
+            vk += b_(i, j) * zs[m + j];
+          }
+          if (gated()) {
+            const double e = nz.eps[static_cast<std::size_t>(i * r + c)];
+            out.gate[static_cast<std::size_t>(i)] += grad_q * detail_::spe_gate_derivative(gi, vq * scale, e) +
+                                                     grad_k * detail_::spe_gate_derivative(gi, vk * scale, e);
+          }
+        }
+      }
+    }
+    return out;
+  }
+
  private:
+  struct noise {
+    std::vector<double> z, eps;  ///< z_d of realization r (length + K − 1 samples each); the gating noise
+  };
+  [[nodiscard]] noise draw_noise(index_t length, index_t r, std::uint64_t seed) const {
+    generator g(seed);
+    noise out;
+    out.z.resize(static_cast<std::size_t>(dim() * r * (length + kernel_size() - 1)));
+    for (double& x : out.z) x = g.normal();
+    out.eps = detail_::spe_gating_noise(g, dim(), r, gated());
+    return out;
+  }
+
   row_matrix<double> a_, b_;
   std::vector<double> gate_;
 };
