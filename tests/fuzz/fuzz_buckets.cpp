@@ -2,8 +2,9 @@
 // libFuzzer target: the position functions of lrpe/canonical with raw int64 inputs and raw
 // configurations: T5 buckets, DeBERTa log buckets, Shaw's clip, the saturating offsets, ALiBi
 // slopes and biases, and the tables indexed by them (t5_bias, urpe, toeplitz_bias, shaw,
-// deberta_v2, cosformer's weight). Each function returns a value in its documented range or
-// throws an lrpe::error; sanitizers catch undefined behaviour on any input, valid or not.
+// deberta_v2, cosformer's weight); and graphs from raw node counts and edge lists (the graph
+// encodings' distances, buckets and paths). Each function returns a value in its documented
+// range or throws an lrpe::error; sanitizers catch undefined behaviour on any input, valid or not.
 //
 // Input: one selector byte, then the values that case reads (fuzz_common.hpp).
 #include "fuzz_common.hpp"
@@ -197,18 +198,116 @@ void cosformer(input& in) {
   LRPE_FUZZ_CHECK(finite(e.score(&q, s, &k, t)), "cosformer score not finite");
 }
 
+/// All-pairs distances by Floyd–Warshall over `edges` (undirected), −1 for no path: the oracle.
+std::vector<std::int64_t> floyd_warshall(index_t n, const std::vector<std::pair<index_t, index_t>>& edges) {
+  constexpr std::int64_t none = std::numeric_limits<std::int64_t>::max() / 4;
+  std::vector<std::int64_t> d(static_cast<std::size_t>(n * n), none);
+  const auto at = [&](index_t i, index_t j) -> std::int64_t& { return d[static_cast<std::size_t>(i * n + j)]; };
+  for (index_t i = 0; i < n; ++i) at(i, i) = 0;
+  for (const auto& [u, v] : edges)
+    if (u != v) at(u, v) = at(v, u) = 1;
+  for (index_t m = 0; m < n; ++m)
+    for (index_t i = 0; i < n; ++i)
+      for (index_t j = 0; j < n; ++j) at(i, j) = std::min(at(i, j), at(i, m) + at(m, j));
+  for (auto& x : d)
+    if (x >= none) x = -1;
+  return d;
+}
+
+/// True when calling f throws an lrpe::error (any other exception escapes: a crash).
+template <class F>
+bool rejects(F&& f) {
+  try {
+    f();
+    return false;
+  } catch (const lrpe::error&) {
+    return true;
+  }
+}
+
+/// shortest_paths' stored edges for (i, j) walk from i: each joins the node reached so far to
+/// the next; the whole path (φ ≤ max_hops) ends at j.
+void check_path(const c::graph_paths& p, const std::vector<std::pair<index_t, index_t>>& edges, index_t i, index_t j) {
+  const auto path = p.path(i, j);
+  index_t at = i;
+  for (const std::int32_t e : path) {
+    LRPE_FUZZ_CHECK(e >= 0 && static_cast<std::size_t>(e) < edges.size(), "shortest_paths: an edge id outside edges");
+    const auto [u, v] = edges[static_cast<std::size_t>(e)];
+    LRPE_FUZZ_CHECK(u == at || v == at, "shortest_paths: an edge that does not leave the node reached");
+    at = u == at ? v : u;
+  }
+  if (p.distance(i, j) >= 0 && p.distance(i, j) <= p.max_hops) LRPE_FUZZ_CHECK(at == j, "shortest_paths: a path that misses j");
+}
+
+/// Graphs from raw node counts and edge lists: undirected_graph accepts exactly the valid ones;
+/// distances (BFS) equal Floyd–Warshall's; Graphormer's buckets are in range and its pair bias
+/// reads them; shortest_paths' distances agree and its paths are walks of the right length. Only
+/// graphs of up to 24 nodes are built whole (n² tables); larger counts are validated.
+void graphs(input& in) {
+  const index_t nodes = in.flag() ? in.edgy_i64() : in.small(0, 24);
+  const index_t count = in.small(0, 48);
+  std::vector<std::pair<index_t, index_t>> edges;
+  bool valid = nodes >= 0 && nodes <= 46340;
+  for (index_t e = 0; e < count; ++e) {
+    const bool raw = (in.u8() & 7) == 0;
+    const index_t u = raw ? in.edgy_i64() : in.small(-1, 25), v = raw ? in.edgy_i64() : in.small(-1, 25);
+    edges.emplace_back(u, v);
+    valid = valid && u >= 0 && u < nodes && v >= 0 && v < nodes;
+  }
+  const index_t max_distance = in.flag() ? in.edgy_i64() : in.small(0, 8);
+  const index_t max_hops = in.small(-1, 8);
+  if (nodes > 4096 && valid) return;  // valid but too large to build here (n² tables)
+  c::adjacency_list graph;
+  LRPE_FUZZ_CHECK(rejects([&] { graph = c::undirected_graph(nodes, edges); }) == !valid,
+                  "undirected_graph: accepted an invalid graph or rejected a valid one");
+  if (!valid || nodes > 24) return;
+  const lrpe::canonical::index_matrix dist = c::shortest_path_distances(graph);
+  const std::vector<std::int64_t> want = floyd_warshall(nodes, edges);
+  for (index_t i = 0; i < nodes; ++i)
+    for (index_t j = 0; j < nodes; ++j)
+      LRPE_FUZZ_CHECK(dist(i, j) == want[static_cast<std::size_t>(i * nodes + j)], "shortest_path_distances != Floyd-Warshall");
+  const bool md_valid = max_distance >= 0 && max_distance <= std::numeric_limits<std::int32_t>::max() - 2;
+  lrpe::canonical::index_matrix index;
+  LRPE_FUZZ_CHECK(rejects([&] { index = c::graphormer_spatial_index(dist, max_distance); }) == !md_valid,
+                  "graphormer_spatial_index: the verdict on max_distance");
+  if (md_valid) {
+    for (index_t i = 0; i < index.size(); ++i) {
+      const std::int32_t b = index.data()[i], d = dist.data()[i];
+      LRPE_FUZZ_CHECK(b == (d < 0 ? max_distance + 1 : std::min<index_t>(d, max_distance)), "spatial bucket");
+    }
+    if (nodes >= 1 && max_distance <= 16) {
+      lrpe::row_matrix<double> table(1, max_distance + 2);
+      for (index_t j = 0; j < table.cols(); ++j) table(0, j) = static_cast<double>(j);
+      const auto bias = c::graphormer_spatial_bias<double>(1, graph, max_distance, table);
+      for (index_t i = 0; i < nodes; ++i)
+        for (index_t j = 0; j < nodes; ++j)
+          LRPE_FUZZ_CHECK(bias.bias(i, j) == static_cast<double>(index(i, j)), "spatial bias is not table[bucket]");
+    }
+  }
+  c::graph_paths paths;
+  LRPE_FUZZ_CHECK(rejects([&] { paths = c::shortest_paths(nodes, edges, max_hops); }) == (nodes < 1 || max_hops < 1),
+                  "shortest_paths: the verdict on nodes and max_hops");
+  if (nodes < 1 || max_hops < 1) return;
+  for (index_t i = 0; i < nodes; ++i)
+    for (index_t j = 0; j < nodes; ++j) {
+      LRPE_FUZZ_CHECK(paths.distance(i, j) == dist(i, j), "shortest_paths' distance != shortest_path_distances");
+      check_path(paths, edges, i, j);
+    }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   return lrpe_fuzz::run_one(
       [](lrpe_fuzz::input& in) {
-        switch (in.u8() % 6) {
+        switch (in.u8() % 7) {
           case 0: t5(in); break;
           case 1: deberta(in); break;
           case 2: clip_and_offsets(in); break;
           case 3: alibi(in); break;
           case 4: clipped_tables(in); break;
-          default: cosformer(in); break;
+          case 5: cosformer(in); break;
+          default: graphs(in); break;
         }
       },
       data, size);

@@ -115,6 +115,16 @@ def buckets():
     seeds["shaw"] = s.values(wave(2)).values(wave(2, 0.11)).flag(False).values(wave(10, 0.3)).flag(True)
     # cosformer: (5) M, delta, q, k, s, t
     seeds["cosformer"] = Seed().u8(5).edgy_f64(512.0).edgy_i64(77).value(1).value(-1).edgy_i64(1).edgy_i64(2)
+    # graphs: (6) raw-count flag, nodes, edge count, per edge (raw flag, u, v), max_distance flag, value, max_hops
+    def graph(nodes, edges, max_distance, max_hops):
+        s = Seed().u8(6).flag(False).small(nodes, 0).small(len(edges), 0)
+        for u, v in edges:
+            s = s.u8(1).small(u, -1).small(v, -1)
+        return s.flag(False).small(max_distance, 0).small(max_hops, -1)
+    seeds["graph_cycle"] = graph(6, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 0)], 3, 2)
+    seeds["graph_two_parts"] = graph(7, [(0, 1), (1, 2), (2, 0), (3, 4), (5, 5), (4, 3)], 2, 4)
+    seeds["graph_bad_endpoint"] = graph(4, [(0, 1), (1, 4)], 2, 1)
+    seeds["graph_huge_count"] = Seed().u8(6).flag(True).edgy_i64(2**40).small(0, 0).flag(False).small(1, 0).small(1, -1)
     return seeds
 
 
