@@ -8,6 +8,7 @@
 #include <lrpe/lrpe.hpp>
 #include <lrpe/interop/mrope.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <span>
 #include <vector>
@@ -188,4 +189,85 @@ TEST_CASE("mrope_position_ids: Qwen2-VL's and Qwen2.5-VL's get_rope_index (trans
   CHECK_THROWS_AS(li::mrope_position_ids(std::vector<seg>{{seg::kind::text, -1}}), lrpe::parameter_error);
   CHECK_THROWS_AS(li::mrope_position_ids(std::vector<seg>{{seg::kind::video, 0, 1, 2, 2, -1.0}}), lrpe::parameter_error);
   CHECK_THROWS_AS(li::mrope_position_ids(a, 0), lrpe::parameter_error);
+}
+
+TEST_CASE_TEMPLATE("vision_rope_2d: Qwen2-VL's axial frequencies and Pixtral's alternating ones, as HF builds them",
+                   T, float, double) {
+  lrpe::generator g(0x3D0'0005);
+  for (const auto kind : {li::vision_frequencies::repeated, li::vision_frequencies::alternating}) {
+    const bool repeated = kind == li::vision_frequencies::repeated;
+    CAPTURE(repeated);
+    for (const index_t d : {index_t{8}, index_t{80}}) {
+      const double base = repeated ? 10000.0 : 1e4 + 1;
+      const auto rope = li::vision_rope_2d<T>(d, base, kind);
+      REQUIRE(rope.axes() == 2);
+      // HF: Qwen2VLVisionRotaryEmbedding's inv_freq over spatial_dim = d/2, for h and then w;
+      // Pixtral's inv_freq over d, [0::2] for h and [1::2] for w
+      for (index_t i = 0; i < d / 4; ++i) {
+        const ld h = repeated ? std::pow(ld(base), -ld(2 * i) / ld(d / 2)) : std::pow(ld(base), -ld(4 * i) / ld(d));
+        const ld w = repeated ? h : std::pow(ld(base), -ld(4 * i + 2) / ld(d));
+        CHECK(std::abs(ld(rope.theta()[static_cast<std::size_t>(i)]) - h) <= 4e-15L * h);
+        CHECK(std::abs(ld(rope.theta()[static_cast<std::size_t>(d / 4 + i)]) - w) <= 4e-15L * w);
+        CHECK(rope.axis_of(i) == 0);
+        CHECK(rope.axis_of(d / 4 + i) == 1);
+      }
+      // the rows: cos/sin of cat(h·θ_h, w·θ_w) twice, then x·cos + rotate_half(x)·sin
+      const index_t n = 6;
+      lrpe::row_matrix<T> x(n, d), out(n, d);
+      for (index_t i = 0; i < x.size(); ++i) x.data()[i] = static_cast<T>(2 * g.uniform01() - 1);
+      const std::vector<position_t> pos{0, 0, 3, 7, 40, 2, 9, 31, 1000, 5, -3, 12};
+      rope.encode(lrpe::view(std::as_const(x)), li::axis_positions{pos, 2}, lrpe::view(out));
+      std::vector<index_t> axis(static_cast<std::size_t>(d));
+      for (index_t j = 0; j < d; ++j) axis[static_cast<std::size_t>(j)] = (j % (d / 2)) < d / 4 ? 0 : 1;
+      double err = 0;
+      for (index_t i = 0; i < n; ++i) {
+        std::vector<ld> xi(static_cast<std::size_t>(d));
+        for (index_t j = 0; j < d; ++j) xi[static_cast<std::size_t>(j)] = x(i, j);
+        const auto want = hf_row(xi, {pos[static_cast<std::size_t>(2 * i)], pos[static_cast<std::size_t>(2 * i + 1)]},
+                                 rope.theta(), axis);
+        for (index_t j = 0; j < d; ++j) err = std::max(err, double(std::abs(ld(out(i, j)) - want[static_cast<std::size_t>(j)])));
+      }
+      CHECK(err <= (std::is_same_v<T, float> ? 2e-6 : 1e-13));
+    }
+  }
+  // the relative property in 2-D
+  const auto rope = li::vision_rope_2d<double>(16, 10000.0, li::vision_frequencies::alternating);
+  const std::vector<position_t> s{3, 9}, t{40, -2};
+  CHECK(lrpe::check::relative(rope, std::span<const position_t>(s), std::span<const position_t>(t)).passed);
+  CHECK_THROWS_AS((void)li::vision_rope_2d<double>(18, 10000.0, li::vision_frequencies::repeated), lrpe::parameter_error);
+}
+
+TEST_CASE("vision_position_ids: HF's get_vision_position_ids (merge blocks, block-major; frames repeated)") {
+  // a 4 × 4 grid with 2 × 2 merge blocks, transcribed from HF's reshape(h/m, m, w/m, m).transpose(1, 2)
+  const std::vector<li::vision_grid> one{{1, 4, 4}};
+  const std::vector<position_t> want{0, 0, 0, 1, 1, 0, 1, 1, 0, 2, 0, 3, 1, 2, 1, 3,
+                                     2, 0, 2, 1, 3, 0, 3, 1, 2, 2, 2, 3, 3, 2, 3, 3};
+  CHECK(li::vision_position_ids(one, 2) == want);
+  // merge size 1 is the row-major grid (Pixtral); t frames repeat the grid; images follow each other
+  const std::vector<li::vision_grid> two{{2, 2, 3}, {1, 1, 2}};
+  const std::vector<position_t> plain{0, 0, 0, 1, 0, 2, 1, 0, 1, 1, 1, 2, 0, 0, 0, 1, 0, 2, 1, 0, 1, 1, 1, 2, 0, 0, 0, 1};
+  CHECK(li::vision_position_ids(two, 1) == plain);
+  // every block of a larger grid holds its m × m patches, and every patch appears once
+  const std::vector<li::vision_grid> big{{1, 6, 8}};
+  const auto ids = li::vision_position_ids(big, 2);
+  REQUIRE(ids.size() == 96);
+  std::vector<int> seen(48, 0);
+  for (std::size_t k = 0; k < 48; ++k) {
+    const position_t h = ids[2 * k], w = ids[2 * k + 1];
+    ++seen[static_cast<std::size_t>(h * 8 + w)];
+    CHECK(static_cast<position_t>(k / 4) == (h / 2) * 4 + w / 2);  // block index, block-major
+  }
+  CHECK(std::count(seen.begin(), seen.end(), 1) == 48);
+  const std::vector<li::vision_grid> odd{{1, 3, 4}};
+  CHECK_THROWS_AS((void)li::vision_position_ids(odd, 2), lrpe::parameter_error);
+  CHECK_THROWS_AS((void)li::vision_position_ids(one, 0), lrpe::parameter_error);
+}
+
+TEST_CASE("freq::with_factors: theta_j / f_j (ggml's freq_factors), and bad factors") {
+  const std::vector<double> theta = lrpe::freq::rope(4, 10000.0, 8), factors{1.0, 2.0, 4.0, 8.0};
+  const auto out = lrpe::freq::with_factors(theta, factors);
+  for (std::size_t j = 0; j < 4; ++j) CHECK(out[j] == theta[j] / factors[j]);
+  CHECK_THROWS_AS((void)lrpe::freq::with_factors(theta, std::vector<double>{1.0}), lrpe::shape_error);
+  CHECK_THROWS_AS((void)lrpe::freq::with_factors(theta, std::vector<double>{1.0, 0.0, 1.0, 1.0}), lrpe::parameter_error);
+  CHECK_THROWS_AS((void)lrpe::freq::with_factors(theta, std::vector<double>{1.0, NAN, 1.0, 1.0}), lrpe::domain_error);
 }

@@ -219,6 +219,29 @@ inline std::vector<double> longrope(std::span<const double> theta, std::span<con
   return out;
 }
 
+/**
+ * Per-frequency factors, as ggml's `freq_factors` (the `rope_freqs.weight` tensor that GGUF files
+ * of LLaMA 3.1 and Phi-3 carry): θ_j / f_j, for factors computed elsewhere (a converter's
+ * llama3 or long-rope table, or a checkpoint's own).
+ * @throws shape_error (factors.size() ≠ θ.size()), domain_error (a non-finite factor),
+ *         parameter_error (a factor ≤ 0).
+ */
+inline std::vector<double> with_factors(std::span<const double> theta, std::span<const double> factors) {
+  constexpr const char* where = "lrpe::freq::with_factors";
+  std::vector<double> out = user(theta);
+  detail::require_shape(factors.size() == out.size(), where, "factors",
+                        detail::lazy_concat("must have theta.size() = ", out.size(), " entries"), factors.size());
+  for (std::size_t k = 0; k < factors.size(); ++k) {
+    if (!std::isfinite(factors[k]))
+      throw domain_error(detail::concat(where, ": argument 'factors' must be finite; got ", factors[k], " at index ", k));
+    detail::require_parameter(factors[k] > 0, where, "factors", detail::lazy_concat("must be > 0 (at index ", k, ")"),
+                              factors[k]);
+    out[k] /= factors[k];
+  }
+  detail::require_frequencies_from(out, where, "factors", factors);
+  return out;
+}
+
 /// LongRoPE's attention factor √(1 + ln f / ln L_orig), 1 for f ≤ 1 (HF's default; Phi-3 takes
 /// f = max_position_embeddings / L_orig). It multiplies cos and sin in HF: as YaRN's, lrpe leaves
 /// it to the attention scale (docs/math.md).

@@ -14,6 +14,9 @@
  * relative property in the multi-axis sense; `check::relative` below verifies it). A row whose
  * coordinates are all equal (a text token) is encoded as by RoPE at that position.
  *
+ * 2-D RoPE of vision towers (`vision_rope_2d`: Qwen2-VL's family, Pixtral) is the two-axis case,
+ * with the patches' (h, w) from `vision_position_ids`.
+ *
  * Attention takes the encoded rows with `no_encoding{}` and `options.scale` = 1/√head_dim; its
  * `causal` mask reads the rows' sequence positions (`q_positions`, `k_positions`), which for a
  * multimodal sequence are not the rotary coordinates (docs/howto-hf-rope.md).
@@ -192,6 +195,73 @@ class multi_axis_rope {
   std::vector<index_t> axis_;
   std::vector<axis_encoder> encoders_;
 };
+
+/// How 2-D vision RoPE shares RoPE's frequencies between the height and width axes.
+enum class vision_frequencies {
+  /// Both axes take base^(−2i/(head_dim/2)), i < head_dim/4: HF's "axial" rope of the Qwen2-VL,
+  /// Qwen2.5-VL, Qwen3-VL and GLM-4V vision towers (`VisionRotaryEmbedding`).
+  repeated,
+  /// RoPE's head_dim/2 frequencies base^(−2j/head_dim), the even j to height and the odd j to
+  /// width: Pixtral's vision encoder (`PixtralVisionRotaryEmbedding`).
+  alternating,
+};
+
+/**
+ * 2-D RoPE over a vision tower's patches: a `multi_axis_rope` with two axes (height, width),
+ * head_dim/4 frequencies each, laid out as HF's vision rotary modules lay them (height's then
+ * width's, for rotate_half's halves). Positions are the patches' (h, w) (`vision_position_ids`).
+ * @throws parameter_error (head_dim not a multiple of 4, or < 4; base ≤ 1).
+ */
+template <real_scalar T>
+multi_axis_rope<T> vision_rope_2d(index_t head_dim, double base, vision_frequencies frequencies,
+                                  pairing pairs = pairing::split_half) {
+  lrpe::detail::require_parameter(head_dim >= 4 && head_dim % 4 == 0, "lrpe::interop::vision_rope_2d", "head_dim",
+                                  "must be a multiple of 4 (head_dim/4 frequencies per axis)", head_dim);
+  const index_t quarter = head_dim / 4;
+  std::vector<double> theta;
+  if (frequencies == vision_frequencies::repeated) {
+    theta = freq::rope(quarter, base, head_dim / 2);
+    theta.insert(theta.end(), theta.begin(), theta.end());
+  } else {
+    const std::vector<double> all = freq::rope(head_dim / 2, base, head_dim);
+    for (const int parity : {0, 1})
+      for (index_t i = 0; i < quarter; ++i) theta.push_back(all[static_cast<std::size_t>(2 * i + parity)]);
+  }
+  return multi_axis_rope<T>(head_dim, std::move(theta), {quarter, quarter}, mrope_layout::sections, pairs);
+}
+
+/// One image (or video) of a vision tower's input: its patch grid, HF's `grid_thw` row.
+struct vision_grid {
+  index_t t = 1, h = 0, w = 0;
+};
+
+/**
+ * The (h, w) coordinates of a vision tower's patches, in the order the tower sees them, as
+ * transformers 5.24's `get_vision_position_ids` gives them: per image, the h × w grid in
+ * spatial_merge_size × spatial_merge_size blocks, block-major (row-major blocks, each row-major
+ * inside), repeated for each of its t frames. spatial_merge_size = 1 is the plain row-major
+ * grid (Pixtral).
+ * @returns rows × 2 coordinates, row-major (`axis_positions{ids, 2}`).
+ * @throws parameter_error (spatial_merge_size < 1, t < 1, h or w < 1 or not a multiple of
+ *         spatial_merge_size).
+ */
+inline std::vector<position_t> vision_position_ids(std::span<const vision_grid> grids, index_t spatial_merge_size = 1) {
+  constexpr const char* where = "lrpe::interop::vision_position_ids";
+  const index_t m = spatial_merge_size;
+  lrpe::detail::require_parameter(m >= 1, where, "spatial_merge_size", "must be >= 1", m);
+  std::vector<position_t> ids;
+  for (const vision_grid& g : grids) {
+    lrpe::detail::require_parameter(g.t >= 1 && g.h >= 1 && g.w >= 1 && g.h % m == 0 && g.w % m == 0, where,
+                                    "grids[i]", "must have t >= 1 and h, w positive multiples of spatial_merge_size",
+                                    lrpe::detail::lazy_concat(g.t, "x", g.h, "x", g.w));
+    for (index_t frame = 0; frame < g.t; ++frame)
+      for (index_t bh = 0; bh < g.h / m; ++bh)
+        for (index_t bw = 0; bw < g.w / m; ++bw)
+          for (index_t ih = 0; ih < m; ++ih)
+            for (index_t iw = 0; iw < m; ++iw) ids.insert(ids.end(), {bh * m + ih, bw * m + iw});
+  }
+  return ids;
+}
 
 /// One run of a multimodal sequence: text tokens, or an image's or a video's patch grid.
 struct mrope_segment {
