@@ -669,3 +669,35 @@ TEST_CASE_TEMPLATE("DiSAN's diagonal-disabled mask (t != s): the strict forward 
   rm<T> out(n, dv);
   CHECK_THROWS_AS(lrpe::softmax_attention(q, k, v, out, lrpe::no_encoding{}, alone), lrpe::parameter_error);
 }
+
+TEST_CASE("cos_sin_kernel: the SIMD overload (vectorised over the frequencies) agrees with the default's exact "
+          "angles to a few double ulps, at any position; append_kv's RoPE rows are the SIMD encoder's") {
+  const std::vector<double> theta = lrpe::freq::rope(61, 5e5, 122);  // an odd count: a vector tail
+  std::vector<double> c0(theta.size()), s0(theta.size()), c1(theta.size()), s1(theta.size());
+  for (const position_t s : {position_t{0}, position_t{1}, position_t{-7}, position_t{123456789},
+                             position_t{1} << 53, (position_t{1} << 62) + 3, std::numeric_limits<position_t>::min()}) {
+    CAPTURE(s);
+    lrpe::backend::cos_sin_kernel(lrpe::backend::reference{}, s, theta.data(), index_t(theta.size()), c0.data(), s0.data());
+    lrpe::backend::cos_sin_kernel(lrpe::backend::simd<>{}, s, theta.data(), index_t(theta.size()), c1.data(), s1.data());
+    double worst = 0;
+    for (std::size_t k = 0; k < theta.size(); ++k)
+      worst = std::max({worst, std::abs(c1[k] - c0[k]), std::abs(s1[k] - s0[k])});
+    CHECK(worst <= 8 * std::numeric_limits<double>::epsilon());
+  }
+  // one token for 4 heads into a cache, on the SIMD tag: the rows the SIMD encoder writes
+  const index_t heads = 4, d = 122;
+  lrpe::generator g(0x0B710'000A);
+  const lrpe::rope_neox<float> rope(d, 5e5);
+  const rm<float> kn = random_matrix<float>(g, heads, d), vn = random_matrix<float>(g, heads, d);
+  rm<float> kc(heads * 8, d), vc(heads * 8, d);
+  lrpe::append_kv(lrpe::bnsh(kn.data(), 1, heads, 1, d), lrpe::bnsh(vn.data(), 1, heads, 1, d),
+                  lrpe::bnsh(kc.data(), 1, heads, 8, d), lrpe::bnsh(vc.data(), 1, heads, 8, d), 5, rope, std::nullopt,
+                  lrpe::backend::simd<>{});
+  rm<float> want(heads, d);
+  for (index_t h = 0; h < heads; ++h) {
+    rm<float> row(1, d), out(1, d);
+    row.row(0) = kn.row(h);
+    lrpe::encode(lrpe::backend::simd<>{}, rope, lrpe::view(std::as_const(row)), lrpe::positions(5), lrpe::view(out));
+    CHECK((rm<float>(kc.row(h * 8 + 5)) - out).cwiseAbs().maxCoeff() <= 4 * std::numeric_limits<float>::epsilon());
+  }
+}

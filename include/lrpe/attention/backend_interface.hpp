@@ -23,6 +23,7 @@
  * | `linear_features_kernel(b, enc, phi, x, pos, side, out)` | `linear_attention` | row by row |
  * | `linear_fused_kernel(b, enc, phi, problem, state)` | `linear_attention`, tried first | declines (returns false) |
  * | `for_each_head(b, count, f)` | multi-head entry points | in order, calling thread |
+ * | `cos_sin_kernel(b, s, theta, count, c, sn)` | `append_kv`, `append_kv_paged` (RoPE's per-token table) | one angle at a time |
  * | `lrpe::encode(b, enc, x, pos, out)`, `lrpe::encode_qk(b, ...)` | users | none: compile error |
  * | `lrpe::encode_backward(b, enc, x, pos, d_out, dx, grad)`, `lrpe::encode_qk_backward(b, ...)` | users (training) | none: compile error |
  *
@@ -40,6 +41,7 @@
 #include <lrpe/core/relative.hpp>
 #include <lrpe/core/storage.hpp>
 #include <lrpe/core/view.hpp>
+#include <lrpe/detail/angle.hpp>
 #include <lrpe/detail/small_buffer.hpp>
 #include <lrpe/encoder.hpp>
 
@@ -397,6 +399,21 @@ template <class Backend, class T, class Encoding, class Phi>
 bool linear_fused_kernel(const Backend&, const Encoding&, const Phi&, const linear_problem<T>&,
                          linear_attention_state<T>*) {
   return false;
+}
+
+/**
+ * c[k] = cos(s·θ_k), sn[k] = sin(s·θ_k), k < count, in double, of the exact angles
+ * (`detail::angle_cos_sin`, docs/math.md §Angles): RoPE's table for one token of a KV-cache
+ * append. The default evaluates the angles one at a time; a backend may overload it
+ * (backend/simd: vectorised over k, within a few double ulps of the default).
+ */
+template <class Backend>
+void cos_sin_kernel(const Backend&, position_t s, const double* theta, index_t count, double* c, double* sn) noexcept {
+  for (index_t k = 0; k < count; ++k) {
+    const auto [ck, sk] = lrpe::detail::angle_cos_sin(s, theta[k]);
+    c[k] = ck;
+    sn[k] = sk;
+  }
 }
 
 }  // namespace backend

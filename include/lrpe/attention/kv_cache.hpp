@@ -59,11 +59,32 @@ void require_key_width(const heads_view<const T>& k_new, index_t cache_dim, cons
   }
 }
 
+/// y = x's RoPE pairs turned by (c_j, sn_j), stored as SK: as Eigen array expressions, which
+/// are vectorised at -O2 where a plain loop is not (split_half's halves are contiguous).
+template <class T, class SK>
+void rotate_pairs(const T* x, SK* y, const T* c, const T* sn, index_t half, pairing mode) {
+  using column = Eigen::Array<T, Eigen::Dynamic, 1>;
+  using stored = Eigen::Array<SK, Eigen::Dynamic, 1>;
+  const Eigen::Map<const column> cm(c, half), sm(sn, half);
+  const auto turn = [&](const auto& a, const auto& b, auto lo, auto hi) {  // pair j = (a_j, b_j)
+    lo = (a * cm - b * sm).template cast<SK>();
+    hi = (b * cm + a * sm).template cast<SK>();
+  };
+  if (mode == pairing::split_half) {  // pairs (j, j + half)
+    turn(Eigen::Map<const column>(x, half), Eigen::Map<const column>(x + half, half), Eigen::Map<stored>(y, half),
+         Eigen::Map<stored>(y + half, half));
+  } else {  // pairs (2j, 2j + 1)
+    using every_other = Eigen::InnerStride<2>;
+    turn(Eigen::Map<const column, 0, every_other>(x, half), Eigen::Map<const column, 0, every_other>(x + 1, half),
+         Eigen::Map<stored, 0, every_other>(y, half), Eigen::Map<stored, 0, every_other>(y + 1, half));
+  }
+}
+
 /**
  * The rows of `append_kv` and `append_kv_paged` on validated arguments: row i of (b, h) of
  * k_new (encoded at positions_of(b)[i]) into k_row(b, h, i), v_new's into v_row(b, h, i).
  * RoPE and its family form each token's cos and sin once for all heads (and for all sequences
- * at the same position), as `lambda::rotation::apply` forms them; other encoders run
+ * at the same position) by the backend's `cos_sin_kernel`; other encoders run
  * `lrpe::encode` on the backend into a T scratch, which is then stored.
  */
 template <class T, class PositionsOf, class KRow, class VRow, class Encoding, class Backend>
@@ -76,16 +97,18 @@ void append_rows(const heads_view<const T>& k_new, const heads_view<const T>& v_
     const lambda::rotation<T>& rot = encoding.lambda();
     const auto half = static_cast<index_t>(rot.frequencies().size());
     small_buffer<T> c(half), sn(half);
+    small_buffer<double> cd(half), sd(half);
     bool have = false;
     position_t at = 0;
+    using backend::cos_sin_kernel;
     for (index_t i = 0; i < m; ++i) {
       for (index_t b = 0; b < k_new.batch; ++b) {
         const position_t p = positions_of(b)[i];
         if (!have || p != at) {
+          cos_sin_kernel(backend, p, rot.frequencies().data(), half, cd.data(), sd.data());
           for (index_t j = 0; j < half; ++j) {
-            const auto [cj, sj] = angle_cos_sin(p, rot.frequencies()[static_cast<std::size_t>(j)]);
-            c[j] = static_cast<T>(cj);
-            sn[j] = static_cast<T>(sj);
+            c[j] = static_cast<T>(cd[j]);
+            sn[j] = static_cast<T>(sd[j]);
           }
           have = true;
           at = p;
@@ -93,13 +116,7 @@ void append_rows(const heads_view<const T>& k_new, const heads_view<const T>& v_
         for (index_t h = 0; h < k_new.heads; ++h) {
           const T* x = k_new.head(b, h).row(i);
           auto* y = k_row(b, h, i);
-          using SK = std::remove_pointer_t<decltype(y)>;
-          for (index_t j = 0; j < half; ++j) {
-            const auto [u, w] = rot.pair(j);
-            const T a = x[u], bb = x[w];
-            y[u] = narrow<SK>(a * c[j] - bb * sn[j]);
-            y[w] = narrow<SK>(bb * c[j] + a * sn[j]);
-          }
+          rotate_pairs(x, y, c.data(), sn.data(), half, rot.pair_mode());
           store_row(x + 2 * half, y + 2 * half, k_new.dim - 2 * half);
           store_v(b, h, i);
         }
@@ -142,8 +159,9 @@ void append_rows(const heads_view<const T>& k_new, const heads_view<const T>& v_
  * @param backend          runs the encoding (`lrpe::encode`): the reference, or `backend::simd<>`.
  *                         RoPE and its family (`encoder<p::identity, lambda::rotation>`: `rope_neox`,
  *                         `rope_gptj`, `hf_rope::make_encoder`) take a path of their own on every
- *                         backend: each new token's cos and sin formed once, for all heads, as
- *                         `lambda::rotation::apply` forms them (the same result as its encode).
+ *                         backend: each new token's cos and sin formed once, for all heads, by
+ *                         the backend's `cos_sin_kernel` (the exact angles: the backend's encode
+ *                         to a few double ulps, so to float's rounding).
  * @throws shape_error (batch, heads or widths differ, pos's count, the cache too small),
  *         parameter_error (n_past < 0).
  */

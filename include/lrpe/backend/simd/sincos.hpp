@@ -230,6 +230,13 @@ class cos_sin_rows {
 };
 
 }  // namespace simd_detail
+
+/// SIMD `cos_sin_kernel` (attention/backend_interface.hpp): the angles vectorised over k.
+template <simd_backend B>
+void cos_sin_kernel(const B&, position_t s, const double* theta, index_t count, double* c, double* sn) noexcept {
+  simd_detail::angle_cos_sin<typename B::arch_type>(s, theta, count, c, sn);
+}
+
 }  // namespace backend
 }  // namespace v0
 }  // namespace lrpe
