@@ -222,6 +222,26 @@ void dispatch_rope_split_half(benchmark::State& state) {
   });
 }
 
+/// Q and K rows (2·heads·n × d, one block of rows) stored as S, RoPE (split-half pairing) on the
+/// SIMD tag through `lrpe::encode` (16 bits: widened, encoded and rounded by blocks; float: the
+/// one-shot call on the same rows, set-up included as for 16 bits).
+template <class S>
+void rope_split_half_storage(benchmark::State& state) {
+  const auto rows = 2 * heads * static_cast<lrpe::index_t>(state.range(0));
+  lrpe::row_matrix<S> x(rows, dim), out(rows, dim);
+  lrpe::generator g(5);
+  for (lrpe::index_t i = 0; i < x.size(); ++i) x.data()[i] = static_cast<S>(static_cast<float>(g.normal()));
+  const lrpe::rope_neox<float> rope(dim);
+  const double bytes = 2.0 * static_cast<double>(x.size()) * sizeof(S);
+  timed(state, bytes, bytes >= double(16u << 20) ? g_stream_bw : g_l3_bw, [&] {
+    lrpe::encode(simd{}, rope, lrpe::view(std::as_const(x)), 0, lrpe::view(out));
+    benchmark::ClobberMemory();
+  });
+}
+void rope_split_half_float_rows(benchmark::State& s) { rope_split_half_storage<float>(s); }
+void rope_split_half_bfloat16_rows(benchmark::State& s) { rope_split_half_storage<lrpe::bfloat16>(s); }
+void rope_split_half_half_rows(benchmark::State& s) { rope_split_half_storage<lrpe::half>(s); }
+
 }  // namespace
 
 BENCHMARK(anchor_copy_stream)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
@@ -258,5 +278,8 @@ LRPE_QK_WIDE(dft_phase_type8_d128);
 LRPE_QK_WIDE(dft_phase_type8_d256);
 LRPE_QK_WIDE(reference_type8_d128);
 LRPE_QK_WIDE(reference_type8_d256);
+LRPE_QK(rope_split_half_float_rows);
+LRPE_QK(rope_split_half_bfloat16_rows);
+LRPE_QK(rope_split_half_half_rows);
 
 BENCHMARK_MAIN();

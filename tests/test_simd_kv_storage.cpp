@@ -557,3 +557,62 @@ TEST_CASE("append_kv_paged: the rows append_kv writes, in the sequences' blocks"
 }
 
 }  // namespace
+
+namespace {
+
+/// encode of 16-bit rows on both tags: the float encoder's rows on the (exactly) widened input,
+/// rounded once, bit for bit; rows past one block (storage_block_rows); in place.
+template <class S, class E>
+void encode_16bit_case(const E& enc, const char* name) {
+  CAPTURE(name);
+  const index_t n = lrpe::storage_block_rows + 904, d = enc.dim(), f = enc.feature_dim();
+  lrpe::generator g(0x16B1'7E);
+  rm<S> x(n, d);
+  for (index_t i = 0; i < x.size(); ++i) x.data()[i] = static_cast<S>(static_cast<float>(g.normal()));
+  const rm<float> xf = x.template cast<float>();  // exact
+  std::vector<position_t> shuffled(static_cast<std::size_t>(n));
+  for (index_t i = 0; i < n; ++i) shuffled[static_cast<std::size_t>(i)] = 3 * i - 7000;
+  for (std::size_t i = shuffled.size(); i > 1; --i) std::swap(shuffled[i - 1], shuffled[g.next() % i]);
+  const auto bits = [](S v) { return Eigen::numext::bit_cast<std::uint16_t>(v); };
+  for (const bool arrays : {false, true}) {
+    const lrpe::positions pos = arrays ? lrpe::positions(std::span<const position_t>(shuffled)) : lrpe::positions(1000);
+    const auto run = [&](auto backend) {
+      rm<S> out(n, f);
+      rm<float> outf(n, f);
+      lrpe::encode(backend, enc, lrpe::view(std::as_const(x)), pos, lrpe::view(out));
+      lrpe::encode(backend, enc, lrpe::view(xf), pos, lrpe::view(outf));
+      const rm<S> want = outf.template cast<S>();
+      std::size_t differ = 0;
+      for (index_t i = 0; i < out.size(); ++i) differ += bits(out.data()[i]) != bits(want.data()[i]) ? 1 : 0;
+      CHECK(differ == 0);
+      if (f == d) {  // in place
+        rm<S> y = x;
+        lrpe::encode(backend, enc, lrpe::view(std::as_const(y)), pos, lrpe::view(y));
+        CHECK(y == out);
+      }
+    };
+    CAPTURE(arrays);
+    run(lrpe::backend::reference{});
+    run(lrpe::backend::simd<>{});
+  }
+  rm<S> wrong(n - 1, f);
+  CHECK_THROWS_AS(lrpe::encode(lrpe::backend::simd<>{}, enc, lrpe::view(std::as_const(x)), 0, lrpe::view(wrong)),
+                  lrpe::shape_error);
+  CHECK_THROWS_AS(lrpe::encode(lrpe::backend::reference{}, enc, lrpe::view(std::as_const(x)), 0, lrpe::view(wrong)),
+                  lrpe::shape_error);
+}
+
+}  // namespace
+
+TEST_CASE("encode with 16-bit rows (bfloat16, half): the float rows on the widened input, rounded once") {
+  SUBCASE("bfloat16") {
+    encode_16bit_case<lrpe::bfloat16>(lrpe::rope_neox<float>(64, 5e5), "rope_neox");
+    encode_16bit_case<lrpe::bfloat16>(lrpe::rope_gptj<float>(48), "rope_gptj");
+    encode_16bit_case<lrpe::bfloat16>(lrpe::type1<float>(32), "type1");
+    encode_16bit_case<lrpe::bfloat16>(lrpe::type8<float>(16), "type8 (complex: 2d features)");
+  }
+  SUBCASE("half") {
+    encode_16bit_case<lrpe::half>(lrpe::rope_neox<float>(64, 5e5), "rope_neox");
+    encode_16bit_case<lrpe::half>(lrpe::permuteformer<float>(32), "permuteformer");
+  }
+}

@@ -10,9 +10,12 @@
 #include <lrpe/attention/backend_interface.hpp>
 #include <lrpe/core/heads.hpp>
 #include <lrpe/core/error.hpp>
+#include <lrpe/core/storage.hpp>
 #include <lrpe/core/view.hpp>
 #include <lrpe/encoder.hpp>
 
+#include <algorithm>
+#include <concepts>
 #include <type_traits>
 
 namespace lrpe {
@@ -23,6 +26,53 @@ template <lrpe_encoder E>
 void encode(backend::reference, const E& enc, matrix_view<const typename E::scalar> x, positions pos,
             matrix_view<typename E::scalar> out) {
   enc.encode(x, pos, out);
+}
+
+/// Rows a 16-bit `encode` widens and encodes at a time: a multiple of the SIMD encoder's runs of
+/// 64 positions (its float rows then do not depend on the blocking), and two float blocks of
+/// d = 128 take 4 MiB, within a last-level cache.
+inline constexpr index_t storage_block_rows = 4096;
+
+namespace detail {
+
+/**
+ * `encode` of rows stored in 16 bits (S: `lrpe::half`, `lrpe::bfloat16`) by a float encoder:
+ * blocks of `storage_block_rows` rows are widened (exactly) into float, encoded by
+ * `encode_block(x_block, positions_block, out_block)`, and rounded once into `out`. out may be x.
+ */
+template <half_precision S, class EncodeBlock>
+void encode_storage(matrix_view<const S> x, positions pos, matrix_view<S> out, index_t dim, index_t feature_dim,
+                    const EncodeBlock& encode_block) {
+  constexpr const char* where = "lrpe::encode (16-bit storage)";
+  validate(x, where, "x");
+  validate(out, where, "out");
+  require_equal(x.cols, dim, where, "x.cols", "encoding.dim()");
+  require_equal(out.cols, feature_dim, where, "out.cols", "encoding.feature_dim()");
+  require_equal(out.rows, x.rows, where, "out.rows", "x.rows");
+  pos.require_rows(x.rows, where, "pos");
+  const index_t block = std::min(storage_block_rows, x.rows);
+  row_matrix<float> in(block, dim), encoded(block, feature_dim);
+  for (index_t r0 = 0; r0 < x.rows; r0 += block) {
+    const index_t m = std::min(block, x.rows - r0);
+    for (index_t i = 0; i < m; ++i)
+      in.row(i) = Eigen::Map<const Eigen::Matrix<S, 1, Eigen::Dynamic>>(x.row(r0 + i), dim).template cast<float>();
+    encode_block(matrix_view<const float>(in.data(), m, dim, dim), pos.slice(r0, m),
+                 matrix_view<float>(encoded.data(), m, feature_dim, feature_dim));
+    for (index_t i = 0; i < m; ++i)
+      Eigen::Map<Eigen::Matrix<S, 1, Eigen::Dynamic>>(out.row(r0 + i), feature_dim) =
+          encoded.row(i).template cast<S>();
+  }
+}
+
+}  // namespace detail
+
+/// `encode` of rows stored in 16 bits (`lrpe::half`, `lrpe::bfloat16`) by a float encoder, on the
+/// reference backend: computed in float, each output rounded once (docs/attention.md#16-bit-storage).
+template <lrpe_encoder E, half_precision S>
+  requires std::same_as<typename E::scalar, float>
+void encode(backend::reference, const E& enc, matrix_view<const S> x, positions pos, matrix_view<S> out) {
+  detail::encode_storage(x, pos, out, enc.dim(), enc.feature_dim(),
+                         [&](const auto& xb, const positions& pb, const auto& ob) { enc.encode(xb, pb, ob); });
 }
 
 /// Q and K of every (batch, head) on the reference backend: `enc.encode` per head.

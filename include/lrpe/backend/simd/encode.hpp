@@ -928,6 +928,17 @@ void encode(const B&, const E& enc, matrix_view<const typename E::scalar> x, pos
   simd_encoder<std::remove_cvref_t<decltype(base)>, typename B::arch_type>(base).encode(x, pos, out);
 }
 
+/// SIMD encode of rows stored in 16 bits (`lrpe::half`, `lrpe::bfloat16`) by a float encoder:
+/// one kernel set-up, then blocks widened, encoded and rounded once (`detail::encode_storage`).
+template <backend::simd_backend B, lrpe_encoder E, half_precision S>
+  requires std::same_as<typename E::scalar, float>
+void encode(const B&, const E& enc, matrix_view<const S> x, positions pos, matrix_view<S> out) {
+  const auto& base = backend::simd_detail::kernel_encoding(enc);
+  const simd_encoder<std::remove_cvref_t<decltype(base)>, typename B::arch_type> kernel(base);
+  detail::encode_storage(x, pos, out, enc.dim(), enc.feature_dim(),
+                         [&](const auto& xb, const positions& pb, const auto& ob) { kernel.encode(xb, pb, ob); });
+}
+
 /**
  * SIMD backward of `encode` (docs/training.md): the same as `enc.backward(x, pos, d_out, dx,
  * grad)`. RoPE (both pairings), permutation powers and the identity Λ after P = I
