@@ -569,6 +569,11 @@ void encode_16bit_case(const E& enc, const char* name) {
   lrpe::generator g(0x16B1'7E);
   rm<S> x(n, d);
   for (index_t i = 0; i < x.size(); ++i) x.data()[i] = static_cast<S>(static_cast<float>(g.normal()));
+  // a NaN, infinities and values near the type's largest: the rounding's special cases
+  const float big = static_cast<float>(std::numeric_limits<S>::max());
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::infinity(), big, -big, 0.75f * big};
+  for (std::size_t k = 0; k < std::size(specials); ++k) x(static_cast<index_t>(17 + 301 * k), static_cast<index_t>(k % 2)) = static_cast<S>(specials[k]);
   const rm<float> xf = x.template cast<float>();  // exact
   std::vector<position_t> shuffled(static_cast<std::size_t>(n));
   for (index_t i = 0; i < n; ++i) shuffled[static_cast<std::size_t>(i)] = 3 * i - 7000;
@@ -588,7 +593,9 @@ void encode_16bit_case(const E& enc, const char* name) {
       if (f == d) {  // in place
         rm<S> y = x;
         lrpe::encode(backend, enc, lrpe::view(std::as_const(y)), pos, lrpe::view(y));
-        CHECK(y == out);
+        std::size_t moved = 0;
+        for (index_t i = 0; i < y.size(); ++i) moved += bits(y.data()[i]) != bits(out.data()[i]) ? 1 : 0;
+        CHECK(moved == 0);
       }
     };
     CAPTURE(arrays);

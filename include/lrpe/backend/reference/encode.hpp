@@ -35,14 +35,28 @@ inline constexpr index_t storage_block_rows = 4096;
 
 namespace detail {
 
+/// Widens count stored values into floats (exact), and rounds floats into storage (once): the
+/// portable conversions of `encode_storage`, one value at a time; backends pass vectorised ones.
+struct scalar_conversions {
+  template <half_precision S>
+  void widen_row(const S* p, float* x, index_t count) const noexcept {
+    for (index_t i = 0; i < count; ++i) x[i] = widen(p[i]);
+  }
+  template <half_precision S>
+  void narrow_row(const float* x, S* p, index_t count) const noexcept {
+    for (index_t i = 0; i < count; ++i) p[i] = narrow<S>(x[i]);
+  }
+};
+
 /**
  * `encode` of rows stored in 16 bits (S: `lrpe::half`, `lrpe::bfloat16`) by a float encoder:
  * blocks of `storage_block_rows` rows are widened (exactly) into float, encoded by
- * `encode_block(x_block, positions_block, out_block)`, and rounded once into `out`. out may be x.
+ * `encode_block(x_block, positions_block, out_block)`, and rounded once into `out` (by
+ * `convert`'s `widen_row` and `narrow_row`). out may be x.
  */
-template <half_precision S, class EncodeBlock>
+template <half_precision S, class EncodeBlock, class Conversions = scalar_conversions>
 void encode_storage(matrix_view<const S> x, positions pos, matrix_view<S> out, index_t dim, index_t feature_dim,
-                    const EncodeBlock& encode_block) {
+                    const EncodeBlock& encode_block, const Conversions& convert = {}) {
   constexpr const char* where = "lrpe::encode (16-bit storage)";
   validate(x, where, "x");
   validate(out, where, "out");
@@ -54,13 +68,10 @@ void encode_storage(matrix_view<const S> x, positions pos, matrix_view<S> out, i
   row_matrix<float> in(block, dim), encoded(block, feature_dim);
   for (index_t r0 = 0; r0 < x.rows; r0 += block) {
     const index_t m = std::min(block, x.rows - r0);
-    for (index_t i = 0; i < m; ++i)
-      in.row(i) = Eigen::Map<const Eigen::Matrix<S, 1, Eigen::Dynamic>>(x.row(r0 + i), dim).template cast<float>();
+    for (index_t i = 0; i < m; ++i) convert.widen_row(x.row(r0 + i), in.row(i).data(), dim);
     encode_block(matrix_view<const float>(in.data(), m, dim, dim), pos.slice(r0, m),
                  matrix_view<float>(encoded.data(), m, feature_dim, feature_dim));
-    for (index_t i = 0; i < m; ++i)
-      Eigen::Map<Eigen::Matrix<S, 1, Eigen::Dynamic>>(out.row(r0 + i), feature_dim) =
-          encoded.row(i).template cast<S>();
+    for (index_t i = 0; i < m; ++i) convert.narrow_row(encoded.row(i).data(), out.row(r0 + i), feature_dim);
   }
 }
 

@@ -40,6 +40,7 @@
 #include <lrpe/core/heads.hpp>
 #include <lrpe/backend/simd/parallel.hpp>
 #include <lrpe/backend/simd/detail/kernels.hpp>
+#include <lrpe/backend/simd/detail/stored.hpp>
 #include <lrpe/backend/simd/encode_dft.hpp>
 #include <lrpe/backend/simd/tag.hpp>
 #include <lrpe/backend/simd/workspace.hpp>
@@ -928,15 +929,34 @@ void encode(const B&, const E& enc, matrix_view<const typename E::scalar> x, pos
   simd_encoder<std::remove_cvref_t<decltype(base)>, typename B::arch_type>(base).encode(x, pos, out);
 }
 
+namespace backend::simd_detail {
+/// `encode_storage`'s conversions by vectors of arch A (isa/ hooks; one by one where there are none).
+template <class A>
+struct vector_conversions {
+  template <half_precision S>
+  void widen_row(const S* p, float* x, index_t count) const noexcept {
+    simd_detail::widen_row<A>(p, x, count);
+  }
+  template <half_precision S>
+  void narrow_row(const float* x, S* p, index_t count) const noexcept {
+    simd_detail::narrow_row<A>(x, p, count);
+  }
+};
+}  // namespace backend::simd_detail
+
 /// SIMD encode of rows stored in 16 bits (`lrpe::half`, `lrpe::bfloat16`) by a float encoder:
-/// one kernel set-up, then blocks widened, encoded and rounded once (`detail::encode_storage`).
+/// one kernel set-up, then blocks widened, encoded and rounded once (`detail::encode_storage`),
+/// the conversions by vectors.
 template <backend::simd_backend B, lrpe_encoder E, half_precision S>
   requires std::same_as<typename E::scalar, float>
 void encode(const B&, const E& enc, matrix_view<const S> x, positions pos, matrix_view<S> out) {
+  using A = typename B::arch_type;
   const auto& base = backend::simd_detail::kernel_encoding(enc);
-  const simd_encoder<std::remove_cvref_t<decltype(base)>, typename B::arch_type> kernel(base);
-  detail::encode_storage(x, pos, out, enc.dim(), enc.feature_dim(),
-                         [&](const auto& xb, const positions& pb, const auto& ob) { kernel.encode(xb, pb, ob); });
+  const simd_encoder<std::remove_cvref_t<decltype(base)>, A> kernel(base);
+  detail::encode_storage(
+      x, pos, out, enc.dim(), enc.feature_dim(),
+      [&](const auto& xb, const positions& pb, const auto& ob) { kernel.encode(xb, pb, ob); },
+      backend::simd_detail::vector_conversions<A>{});
 }
 
 /**

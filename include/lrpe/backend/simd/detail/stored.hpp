@@ -38,6 +38,28 @@ LRPE_ALWAYS_INLINE xsimd::batch<compute_t<S>, A> load_stored(const S* p) noexcep
   }
 }
 
+/// count floats of x into S (16 bits) at p, rounded once: by vectors where the ISA has the
+/// rounding (`store_narrowed_isa`), else, and for the tail, one by one.
+template <class A, half_precision S>
+inline void narrow_row(const float* x, S* p, index_t count) noexcept {
+  using B = xsimd::batch<float, A>;
+  constexpr index_t W = B::size;
+  index_t i = 0;
+  for (; i + W <= count; i += W)
+    if (!store_narrowed_isa(A{}, p + i, B::load_unaligned(x + i))) break;
+  for (; i < count; ++i) p[i] = narrow<S>(x[i]);
+}
+
+/// count values stored as S at p widened into x (exact).
+template <class A, half_precision S>
+inline void widen_row(const S* p, float* x, index_t count) noexcept {
+  using B = xsimd::batch<float, A>;
+  constexpr index_t W = B::size;
+  index_t i = 0;
+  for (; i + W <= count; i += W) load_stored<A>(p + i).store_unaligned(x + i);
+  for (; i < count; ++i) x[i] = widen(p[i]);
+}
+
 /// `all_finite` of values stored as S.
 template <class T, class A, class S>
 inline bool all_finite_stored(const S* x, index_t count) noexcept {

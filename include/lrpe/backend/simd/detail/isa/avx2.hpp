@@ -39,6 +39,28 @@ LRPE_ALWAYS_INLINE bool load_widened_isa(xsimd::avx2, const Eigen::half* p, xsim
 }
 #endif
 
+/// AVX2: 8 floats rounded to bfloat16 on their bits, as Eigen's scalar conversion (avx512.hpp's
+/// rule), packed to 16 bits across the two lanes.
+template <class Arch>
+LRPE_ALWAYS_INLINE bool store_narrowed_isa(xsimd::avx2, Eigen::bfloat16* p, const xsimd::batch<float, Arch>& x) noexcept {
+  const __m256i bits = _mm256_castps_si256(x), high = _mm256_srli_epi32(bits, 16);
+  const __m256i bias = _mm256_add_epi32(_mm256_and_si256(high, _mm256_set1_epi32(1)), _mm256_set1_epi32(0x7fff));
+  const __m256i nan = _mm256_or_si256(_mm256_and_si256(high, _mm256_set1_epi32(0x8000)), _mm256_set1_epi32(0x7fc0));
+  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(bits, bias), 16);
+  const __m256i r = _mm256_blendv_epi8(rounded, nan, _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xD8);  // values ≤ 0xffff
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+  return true;
+}
+#if defined(__F16C__)
+/// AVX2 with F16C: 8 floats rounded to binary16 (`vcvtps2ph`, to nearest even).
+template <class Arch>
+LRPE_ALWAYS_INLINE bool store_narrowed_isa(xsimd::avx2, Eigen::half* p, const xsimd::batch<float, Arch>& x) noexcept {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  return true;
+}
+#endif
+
 /// AVX2: lo, hi = the first and second w lanes of (a0, b0, a1, b1, …), by an in-lane unpack pair
 /// and two 128-bit lane selects.
 template <class T, class Arch>

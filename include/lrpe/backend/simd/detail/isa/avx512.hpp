@@ -39,6 +39,25 @@ LRPE_ALWAYS_INLINE bool load_widened_isa(xsimd::avx512f, const Eigen::half* p, x
   return true;
 }
 
+/// AVX-512: 16 floats rounded to bfloat16 on their bits, as Eigen's scalar conversion: + 0x7fff +
+/// the kept part's lowest bit, then the high half; a NaN becomes 0x7fc0 with its sign.
+template <class Arch>
+LRPE_ALWAYS_INLINE bool store_narrowed_isa(xsimd::avx512f, Eigen::bfloat16* p, const xsimd::batch<float, Arch>& x) noexcept {
+  const __m512i bits = _mm512_castps_si512(x), high = _mm512_srli_epi32(bits, 16);
+  const __m512i bias = _mm512_add_epi32(_mm512_and_si512(high, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x7fff));
+  const __m512i nan = _mm512_or_si512(_mm512_and_si512(high, _mm512_set1_epi32(0x8000)), _mm512_set1_epi32(0x7fc0));
+  const __m512i r = _mm512_mask_mov_epi32(_mm512_srli_epi32(_mm512_add_epi32(bits, bias), 16),
+                                          _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), nan);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));
+  return true;
+}
+/// AVX-512: 16 floats rounded to binary16 (`vcvtps2ph`, to nearest even: Eigen's F16C path).
+template <class Arch>
+LRPE_ALWAYS_INLINE bool store_narrowed_isa(xsimd::avx512f, Eigen::half* p, const xsimd::batch<float, Arch>& x) noexcept {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  return true;
+}
+
 template <class T>
 struct avx512_permute;
 template <>

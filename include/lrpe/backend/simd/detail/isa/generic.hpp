@@ -60,6 +60,14 @@ LRPE_ALWAYS_INLINE bool load_widened_isa(xsimd::generic, const S*, xsimd::batch<
   return false;
 }
 
+/// A vector of floats rounded (to nearest, ties to even) into as many `lrpe::half` or
+/// `lrpe::bfloat16` values, the bits Eigen's scalar conversion gives (a NaN bfloat16: 0x7fc0 with
+/// the sign): done (true) on AVX-512 and AVX2 (F16C for half); the caller rounds one by one.
+template <class Arch, class S>
+LRPE_ALWAYS_INLINE bool store_narrowed_isa(xsimd::generic, S*, const xsimd::batch<float, Arch>&) noexcept {
+  return false;
+}
+
 // ---------------------------------------------------------------- permutations
 
 /// y[j] = (P x)[idx[j]] with the row held in registers: done (true) for small d on AVX-512.
