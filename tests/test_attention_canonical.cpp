@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Attention with the canonical variants (canonical/): softmax with ALiBi, T5, Toeplitz tables,
-// Shaw (value term), composite attention, DA-Transformer, DeBERTa, Transformer-XL (clamped too), cosFormer and multiplicative encoders, and URPE's
+// Shaw (value term), composite attention, DA-Transformer, DeBERTa, Transformer-XL (clamped too), xPos, cosFormer and multiplicative encoders, and URPE's
 // post-softmax C, against a naive long-double reference built from each variant's own direct
 // formula (score / bias); linear attention and streaming with the linearizable ones
 // (cosFormer, Transformer-XL's asymmetric φ_q ≠ φ_k, multiplicative) against the quadratic sum
@@ -143,6 +143,7 @@ TEST_CASE_TEMPLATE("softmax with every canonical variant equals the naive direct
   const cn::composite<T> chang(shaw, t5);
   const cn::da_transformer<T> da(d, {-0.2, 0.05}, {1.0, -0.5});
   const cn::clamped_transformer_xl<T> xl_clamped(make_xl<T>(g, d, 2), 4);
+  const cn::xpos<T> xp(d, 32.0, /*center=*/8);
 
   const std::vector<position_t> packed{0, 1, 2, 3, 0, 1, 2, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9};  // three documents
   for (int variant = 0; variant < 4; ++variant) {
@@ -178,6 +179,7 @@ TEST_CASE_TEMPLATE("softmax with every canonical variant equals the naive direct
     check(chang.head(1), "composite (Chang et al.)");
     check(da.head(0), "DA-Transformer");
     check(xl_clamped.head(1), "transformer_xl, clamp_len");
+    check(xp, "xpos");
 
     // URPE: A = softmax(scale·QKᵀ + B) ⊙ C with B a T5 bias, C per head
     const cn::urpe<T> c(cn::urpe<T>::default_buckets, random_matrix<T>(g, 2, 64, 0.5));
@@ -218,6 +220,16 @@ TEST_CASE_TEMPLATE("linear attention and streaming with linearizable canonical v
   check(xl, "transformer_xl");
   check(cos, "cosformer");
   check(cn::multiplicative<lrpe::type7<T>>(lrpe::type7<T>(d)), "multiplicative type7");
+  check(cn::xpos<T>(d, 16.0, /*center=*/38), "xpos (centred on the call)");
+  {  // xPos: positions beyond reach() of the centre would over- or underflow the features
+    const cn::xpos<T> narrow(d, 1.0);
+    lrpe::linear_options o{.causal = true, .q_positions = narrow.reach() - 10, .k_positions = narrow.reach() - 10};
+    rm<T> out(n, 4);
+    CHECK_THROWS_AS(lrpe::linear_attention(q, k, v, out, narrow, phi, o), lrpe::parameter_error);
+    lrpe::softmax_options<> so;
+    so.q_positions = so.k_positions = narrow.reach() - 10;
+    CHECK_THROWS_AS(lrpe::softmax_attention(q, k, v, out, narrow, so), lrpe::parameter_error);
+  }
   // Far positions: Transformer-XL's features take absolute angles s·ω and t·ω, its distance
   // form (s − t)·ω; the angles are exact, so the two agree at 2^62 as at 20. (With angles
   // rounded to one double, fl(s·ω) is off by up to a radian there.)

@@ -544,3 +544,55 @@ TEST_CASE_TEMPLATE("canonical: Huang et al. 2020 methods 1-4 ((q.k) w|d|, (q.k) 
   CHECK_THROWS_AS((cn::huang2020<T, cn::huang_method::absolute_scale>(d, -1, r.template mat<T>(1, 1))),
                   lrpe::parameter_error);
 }
+
+TEST_CASE_TEMPLATE("canonical: xPos, sum_i zeta_i^((s - t)/gamma) (R_s q)_i.(R_t k)_i, as torchscale scales q and k",
+                   T, float, double) {
+  const std::uint64_t seed = 914;
+  INFO("seed = " << seed);
+  rng r(seed);
+  const index_t d = 8;
+  const double gamma = 64.0;
+  for (const lrpe::pairing pairs : {lrpe::pairing::interleaved, lrpe::pairing::split_half}) {
+    const position_t center = 300;
+    const cn::xpos<T> x(d, gamma, center, 10000.0, pairs);
+    CHECK(x.zeta(0) == doctest::Approx(0.4 / 1.4));
+    for (int trial = 0; trial < 30; ++trial) {
+      const auto q = r.template vec<T>(d), k = r.template vec<T>(d);
+      const position_t s = r.integer(100, 500), t = trial % 3 == 0 ? s : r.integer(100, 500);
+      CAPTURE(s);
+      CAPTURE(t);
+      // torchscale: q·cos·ζ^{(s−c)/γ} + rotate(q)·sin·ζ^{(s−c)/γ}; k with ζ^{−(t−c)/γ}; then the dot
+      const auto rotated = [&](const T* v, position_t p, ld sign) {
+        std::vector<ld> out(static_cast<std::size_t>(d));
+        for (index_t i = 0; i < d / 2; ++i) {
+          const index_t u = pairs == lrpe::pairing::interleaved ? 2 * i : i;
+          const index_t w = pairs == lrpe::pairing::interleaved ? 2 * i + 1 : i + d / 2;
+          const ld th = std::pow(10000.0L, -ld(2 * i) / ld(d)), a = ld(p) * th;
+          const ld zeta = (ld(2 * i) + 0.4L * d) / (1.4L * d), scale = std::pow(zeta, sign * ld(p - center) / ld(gamma));
+          out[static_cast<std::size_t>(u)] = scale * (ld(v[u]) * std::cos(a) - ld(v[w]) * std::sin(a));
+          out[static_cast<std::size_t>(w)] = scale * (ld(v[w]) * std::cos(a) + ld(v[u]) * std::sin(a));
+        }
+        return out;
+      };
+      const auto qa = rotated(q.data(), s, 1), kb = rotated(k.data(), t, -1);
+      ld want = 0, mag = 0;
+      for (index_t j = 0; j < d; ++j) {
+        want += qa[static_cast<std::size_t>(j)] * kb[static_cast<std::size_t>(j)];
+        mag += std::abs(qa[static_cast<std::size_t>(j)] * kb[static_cast<std::size_t>(j)]);
+      }
+      const double tol = 4 * eps_of<T>() * (1 + double(mag));
+      CHECK(std::abs(x.score(q.data(), s, k.data(), t) - double(want)) <= tol);
+      std::vector<T> fq(static_cast<std::size_t>(d)), fk(fq.size());
+      cn::features(x, cn::side::query, q.data(), s, fq.data());
+      cn::features(x, cn::side::key, k.data(), t, fk.data());
+      CHECK(std::abs(double(dot_ld(fq.data(), fk.data(), d) - want)) <= tol);
+      // only s − t enters the score, the centre not at all
+      CHECK(std::abs(x.score(q.data(), s + 1'000'000, k.data(), t + 1'000'000) - x.score(q.data(), s, k.data(), t)) <= tol);
+    }
+  }
+  const cn::xpos<T> far(d, gamma);
+  CHECK(far.reach() == static_cast<position_t>(std::floor((std::is_same_v<T, float> ? 80.0 : 700.0) * gamma / -std::log(0.4 / 1.4))));
+  static_assert(cn::is_linearizable_v<cn::xpos<T>>);
+  CHECK_THROWS_AS((cn::xpos<T>(7)), lrpe::shape_error);
+  CHECK_THROWS_AS((cn::xpos<T>(8, 0.0)), lrpe::parameter_error);
+}

@@ -585,6 +585,27 @@ TEST_CASE_TEMPLATE("softmax backward, Transformer-XL: u's, v's and W_R's gradien
   c.kp = offset((1 << 20) - 2, c.nk);
   c.causal = true;
   check_softmax<T>(c, cos, {}, 80);
+
+  // xPos: Σ_i ζ_i^{(s−t)/γ} (R_s q)_i·(R_t k)_i, through its features' backward (no parameters)
+  const lrpe::canonical::xpos<T> xp(d, 4.0, /*center=*/100);
+  model x;
+  x.score = [d = d](const ld* q, position_t s, const ld* k, position_t t, const params&) {
+    ld acc = 0;
+    for (index_t i = 0; i < d / 2; ++i) {
+      const ld th = std::pow(10000.0L, -ld(2 * i) / ld(d)), zeta = (ld(2 * i) + 0.4L * d) / (1.4L * d);
+      const ld a = ld(t - s) * th;  // the pair's relative angle: (R_s q)·(R_t k) = qᵀ R((t − s)θ) k
+      acc += std::pow(zeta, ld(s - t) / 4) *
+             ((q[2 * i] * k[2 * i] + q[2 * i + 1] * k[2 * i + 1]) * std::cos(a) +
+              (q[2 * i + 1] * k[2 * i] - q[2 * i] * k[2 * i + 1]) * std::sin(a));
+    }
+    return acc;
+  };
+  x.qp = offset(101, x.nq);
+  x.kp = offset(97, x.nk);
+  for (bool causal : {false, true}) {
+    x.causal = causal;
+    check_softmax<T>(x, xp, {}, 81);
+  }
 }
 
 namespace {

@@ -14,6 +14,7 @@
  * | `deberta_v2` | c2c + c2p + p2c | 3 | no |
  * | `cosformer` | Toeplitz scalar | 1 | yes |
  * | `transformer_xl` | content + position, u, v | 2 | yes |
+ * | `xpos` (RoPE with a decay per pair, ζ^{(s − t)/γ}) | multiplicative, scaled | – | yes (centred) |
  * | `clamped_transformer_xl` (`clamp_len`) | content + position, u, v | 2 | no |
  * | `composite<T, Bias>` (Chang et al.: Shaw + an offset bias) | key + value terms, unscaled bias | – | no |
  * | `da_transformer` | ReLU(q·k) times a learned distance curve | – | no |
@@ -45,3 +46,4 @@
 #include <lrpe/canonical/transformer_xl.hpp>
 #include <lrpe/canonical/tupe.hpp>
 #include <lrpe/canonical/urpe.hpp>
+#include <lrpe/canonical/xpos.hpp>
