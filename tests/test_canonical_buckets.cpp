@@ -836,6 +836,63 @@ TEST_CASE("Graphormer edge encoding: valid shortest paths, the mean of x_e . w_n
                   lrpe::shape_error);
 }
 
+namespace {
+
+/// A draw's score is an unbiased estimate of `spe.expected_score`: per pair, the R
+/// per-realization terms X_c = (Σ_d q_d q̄_d(s)_c)(Σ_d k_d k̄_d(t)_c) are i.i.d.; their sum is
+/// within 6 standard errors of the expectation (about 2e-9 to fail per pair for a random seed),
+/// and it is the code's own score.
+template <class Spe>
+void check_unbiased(const Spe& spe, const cn::spe_code<double>& code, index_t n, lrpe::generator& g) {
+  const index_t d = spe.dim(), r = code.realizations();
+  for (int pair = 0; pair < 20; ++pair) {
+    Eigen::VectorXd q(d), k(d);
+    for (index_t i = 0; i < d; ++i) {
+      q(i) = g.normal();
+      k(i) = g.normal();
+    }
+    const auto s = static_cast<position_t>(g.below(n)), t = static_cast<position_t>(g.below(n));
+    double sum = 0, sum2 = 0;
+    for (index_t c = 0; c < r; ++c) {
+      double xq = 0, xk = 0;  // realization c's query and key feature: X_c = xq·xk
+      for (index_t i = 0; i < d; ++i) {
+        xq += q(i) * code.q_bar()(s, i * r + c);
+        xk += k(i) * code.k_bar()(t, i * r + c);
+      }
+      sum += xq * xk;
+      sum2 += xq * xk * xq * xk;
+    }
+    const double var = (sum2 - sum * sum / double(r)) / double(r - 1);
+    CHECK(std::abs(code.score(q.data(), s, k.data(), t) - sum) <= 1e-12 * (1 + std::abs(sum)));
+    CHECK(std::abs(sum - spe.expected_score(q.data(), s, k.data(), t, r)) <= 6 * std::sqrt(double(r) * var));
+  }
+}
+
+/// The relative RMS error of a draw's scores against their expectation over 200 pairs, each
+/// score divided by √R (the expectation grows as √R).
+template <class Spe>
+double rms_error(const Spe& spe, index_t n, index_t r, std::uint64_t seed) {
+  const index_t d = spe.dim();
+  const cn::spe_code<double> code = spe.draw(n, r, seed);
+  lrpe::generator h(9);
+  double err = 0, mag = 0;
+  for (int pair = 0; pair < 200; ++pair) {
+    Eigen::VectorXd q(d), k(d);
+    for (index_t i = 0; i < d; ++i) {
+      q(i) = h.normal();
+      k(i) = h.normal();
+    }
+    const auto s = static_cast<position_t>(h.below(n)), t = static_cast<position_t>(h.below(n));
+    const double want = spe.expected_score(q.data(), s, k.data(), t, r) / std::sqrt(double(r));
+    const double got = code.score(q.data(), s, k.data(), t) / std::sqrt(double(r));
+    err += (got - want) * (got - want);
+    mag += want * want;
+  }
+  return std::sqrt(err / mag);
+}
+
+}  // namespace
+
 TEST_CASE("sineSPE: the kernel formula; each draw's score is an unbiased estimate of sqrt(R/D) sum q k P(s - t) "
           "(a seeded test: 6 standard errors, failure probability about 2e-9 per pair for a random seed); the "
           "error falls as 1/sqrt(R); gating; linear attention with a code; bad input") {
@@ -867,57 +924,14 @@ TEST_CASE("sineSPE: the kernel formula; each draw's score is an unbiased estimat
         CHECK(spe.kernel(i, lag) == doctest::Approx(p).epsilon(1e-13));
       }
     }
-    // unbiased: per pair, the R per-realization terms X_r are i.i.d.; their sum is within 6
-    // standard errors of the expectation
+    // unbiased, within 6 standard errors per pair
     const index_t n = 12, r = 4096;
-    const cn::spe_code<double> code = spe.draw(n, r, 77);
-    for (int pair = 0; pair < 20; ++pair) {
-      Eigen::VectorXd q(d), k(d);
-      for (index_t i = 0; i < d; ++i) {
-        q(i) = g.normal();
-        k(i) = g.normal();
-      }
-      const auto s = static_cast<position_t>(g.below(n)), t = static_cast<position_t>(g.below(n));
-      double sum = 0, sum2 = 0;
-      for (index_t c = 0; c < r; ++c) {
-        double xq = 0, xk = 0;  // realization c's query and key feature: X_c = xq·xk
-        for (index_t i = 0; i < d; ++i) {
-          xq += q(i) * code.q_bar()(s, i * r + c);
-          xk += k(i) * code.k_bar()(t, i * r + c);
-        }
-        const double x = xq * xk;
-        sum += x;
-        sum2 += x * x;
-      }
-      const double var = (sum2 - sum * sum / double(r)) / double(r - 1);
-      const double want = spe.expected_score(q.data(), s, k.data(), t, r);
-      CHECK(std::abs(code.score(q.data(), s, k.data(), t) - sum) <= 1e-12 * (1 + std::abs(sum)));
-      CHECK(std::abs(sum - want) <= 6 * std::sqrt(double(r) * var));
-    }
+    check_unbiased(spe, spe.draw(n, r, 77), n, g);
   }
   // the relative error of the score falls as 1/√R: 64 → 16384 realizations, over 200 pairs
   {
     const cn::sine_spe<double> spe(freqs, offsets, gains);
-    const index_t n = 10;
-    const auto rms_error = [&](index_t r, std::uint64_t seed) {
-      const cn::spe_code<double> code = spe.draw(n, r, seed);
-      lrpe::generator h(9);
-      double err = 0, mag = 0;
-      for (int pair = 0; pair < 200; ++pair) {
-        Eigen::VectorXd q(d), k(d);
-        for (index_t i = 0; i < d; ++i) {
-          q(i) = h.normal();
-          k(i) = h.normal();
-        }
-        const auto s = static_cast<position_t>(h.below(n)), t = static_cast<position_t>(h.below(n));
-        const double want = spe.expected_score(q.data(), s, k.data(), t, r) / std::sqrt(double(r));
-        const double got = code.score(q.data(), s, k.data(), t) / std::sqrt(double(r));
-        err += (got - want) * (got - want);
-        mag += want * want;
-      }
-      return std::sqrt(err / mag);
-    };
-    const double coarse = rms_error(64, 1), fine = rms_error(16384, 2);
+    const double coarse = rms_error(spe, 10, 64, 1), fine = rms_error(spe, 10, 16384, 2);
     CAPTURE(coarse);
     CAPTURE(fine);
     CHECK(fine < coarse / 8);  // √(16384/64) = 16 expected
@@ -984,50 +998,12 @@ TEST_CASE("convSPE: the kernel is the filters' cross-correlation; each draw's sc
       }
     }
     const index_t n = 9, r = 4096;
-    const cn::spe_code<double> code = spe.draw(n, r, 78);
-    for (int pair = 0; pair < 20; ++pair) {
-      Eigen::VectorXd q(d), k(d);
-      for (index_t i = 0; i < d; ++i) {
-        q(i) = g.normal();
-        k(i) = g.normal();
-      }
-      const auto s = static_cast<position_t>(g.below(n)), t = static_cast<position_t>(g.below(n));
-      double sum = 0, sum2 = 0;
-      for (index_t c = 0; c < r; ++c) {
-        double xq = 0, xk = 0;
-        for (index_t i = 0; i < d; ++i) {
-          xq += q(i) * code.q_bar()(s, i * r + c);
-          xk += k(i) * code.k_bar()(t, i * r + c);
-        }
-        sum += xq * xk;
-        sum2 += xq * xk * xq * xk;
-      }
-      const double var = (sum2 - sum * sum / double(r)) / double(r - 1);
-      CHECK(std::abs(sum - spe.expected_score(q.data(), s, k.data(), t, r)) <= 6 * std::sqrt(double(r) * var));
-    }
+    check_unbiased(spe, spe.draw(n, r, 78), n, g);
   }
   {
     const cn::conv_spe<double> spe(a, b);
     const index_t n = 8;
-    const auto rms_error = [&](index_t r, std::uint64_t seed) {
-      const cn::spe_code<double> code = spe.draw(n, r, seed);
-      lrpe::generator h(10);
-      double err = 0, mag = 0;
-      for (int pair = 0; pair < 200; ++pair) {
-        Eigen::VectorXd q(d), k(d);
-        for (index_t i = 0; i < d; ++i) {
-          q(i) = h.normal();
-          k(i) = h.normal();
-        }
-        const auto s = static_cast<position_t>(h.below(n)), t = static_cast<position_t>(h.below(n));
-        const double want = spe.expected_score(q.data(), s, k.data(), t, r) / std::sqrt(double(r));
-        const double got = code.score(q.data(), s, k.data(), t) / std::sqrt(double(r));
-        err += (got - want) * (got - want);
-        mag += want * want;
-      }
-      return std::sqrt(err / mag);
-    };
-    const double coarse = rms_error(64, 1), fine = rms_error(16384, 2);
+    const double coarse = rms_error(spe, n, 64, 1), fine = rms_error(spe, n, 16384, 2);
     CAPTURE(coarse);
     CAPTURE(fine);
     CHECK(fine < coarse / 8);  // √(16384/64) = 16 expected
