@@ -289,8 +289,7 @@ TEST_CASE_TEMPLATE("softmax backward, composite attention (Chang et al. 2021: Sh
   model m = shaw_model(d, r, true);
   m.scale = 0.5;
   // the bias is added after the scale: inside scale·score it is bias / scale
-  m.score = [shaw_n, rb = rb, shaw_score = m.score](const ld* q, position_t s, const ld* k, position_t t,
-                                                    const params& w) {
+  m.score = [rb = rb, shaw_score = m.score](const ld* q, position_t s, const ld* k, position_t t, const params& w) {
     const std::size_t col = std::size_t(std::clamp<position_t>(t - s, -rb, rb) + rb);
     return shaw_score(q, s, k, t, w) + ld(w[std::size_t(shaw_n) + col]) / ld(0.5);
   };
@@ -356,7 +355,8 @@ TEST_CASE_TEMPLATE("softmax backward, DA-Transformer: ReLU(q.k) R^(|t - s|), dQ,
     const ld x = std::abs(ld(t - s)), ww = ld(w[0]), vv = ld(w[1]);
     return a * (1 + std::exp(vv)) / (1 + std::exp(vv - ww * x));
   };
-  for (const auto& [wh, vh] : {std::pair{-0.4, 0.3}, std::pair{0.25, -1.5}, std::pair{0.0, 2.0}}) {
+  for (const auto& wv : {std::pair{-0.4, 0.3}, std::pair{0.25, -1.5}, std::pair{0.0, 2.0}}) {
+    const double wh = wv.first, vh = wv.second;  // (not a structured binding: clang before 16 cannot capture one)
     CAPTURE(wh);
     CAPTURE(vh);
     const cn::da_transformer<T> da(d, {0.1, wh}, {0.0, vh});
