@@ -206,6 +206,33 @@ TEST_CASE("key_mask: no overflow at the ends of the position range") {
   CHECK(bwd.lo(hi - 1) == hi);
   CHECK(bwd.visible(lo, lo + 1));
   CHECK_FALSE(bwd.visible(lo, lo));
+  // tiles holding the query that sees nothing: may_see and sees_all from the pairs themselves
+  for (const auto& m : {fwd, bwd}) {
+    const position_t edge = m.causal ? lo : hi, step = m.causal ? 1 : -1;
+    for (position_t a = 0; a < 3; ++a)
+      for (position_t b = a; b < 3; ++b)
+        for (position_t c = 0; c < 4; ++c)
+          for (position_t e = c; e < 4; ++e) {
+            const position_t q0 = std::min(edge + step * a, edge + step * b), q1 = std::max(edge + step * a, edge + step * b);
+            const position_t k0 = std::min(edge + step * c, edge + step * e), k1 = std::max(edge + step * c, edge + step * e);
+            bool any = false, all = true;
+            for (position_t s = q0;; ++s) {
+              for (position_t t = k0;; ++t) {
+                any = any || m.visible(s, t);
+                all = all && m.visible(s, t);
+                if (t == k1) break;
+              }
+              if (s == q1) break;
+            }
+            CAPTURE(m.causal);
+            CAPTURE(a);
+            CAPTURE(b);
+            CAPTURE(c);
+            CAPTURE(e);
+            CHECK(m.may_see(q0, q1, k0, k1) == any);
+            if (!all) CHECK_FALSE(m.sees_all(q0, q1, k0, k1));
+          }
+  }
   const lrpe::key_mask w{true, hi, 0};
   CHECK(w.lo(lo) == lo);
   CHECK(w.lo(hi) == 1);  // hi − (hi − 1)

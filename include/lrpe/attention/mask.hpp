@@ -88,6 +88,16 @@ struct key_mask {
   /// (a tile that may be skipped); may be true for such a tile (it is then masked whole).
   [[nodiscard]] constexpr bool may_see(position_t q_min, position_t q_max, position_t k_min,
                                        position_t k_max) const noexcept {
+    // a query that a strict direction leaves without keys (`sees_nothing`) is left out: its
+    // lo and hi are not monotone with its neighbours'
+    if (sees_nothing(q_min)) {
+      if (q_min == q_max) return false;
+      ++q_min;
+    }
+    if (sees_nothing(q_max)) {
+      if (q_min == q_max) return false;
+      --q_max;
+    }
     return hi(q_max) >= k_min && lo(q_min) <= k_max;
   }
 
@@ -95,6 +105,7 @@ struct key_mask {
   /// (a tile that needs no mask).
   [[nodiscard]] constexpr bool sees_all(position_t q_min, position_t q_max, position_t k_min,
                                         position_t k_max) const noexcept {
+    if (sees_nothing(q_min) || sees_nothing(q_max)) return false;
     return lo(q_max) <= k_min && hi(q_min) >= k_max;
   }
 };
