@@ -389,6 +389,59 @@ TEST_CASE_TEMPLATE("SIMD linear backward == reference: non-causal, cross-attenti
   }
 }
 
+TEST_CASE_TEMPLATE("SIMD linear backward's sweep (causal self-attention, no decay, no normalisation) == reference: "
+                   "several vectors wide, rows off the vector width, states, far positions", T, float, double) {
+  // linear_backward_sweep.hpp: the n mod W last rows one at a time, then chunks of W rows
+  const linear_case cases[] = {
+      {150, 150, 64, 32, true, false, false, 1.0, 64, 40, 40}, {150, 150, 64, 32, true, false, true, 1.0, 64, -3, -3},
+      {16, 16, 32, 64, true, false, true, 1.0, 7, 0, 0},       {5, 5, 16, 16, true, false, true, 1.0, 64, 1000, 1000},
+      {97, 97, 16, 48, true, false, false, 1.0, 1, position_t{1} << 40, position_t{1} << 40},
+  };
+  for (const auto& c : cases) {
+    INFO("n=" << c.nq << " d=" << c.d << " dv=" << c.dv << " state=" << c.with_state << " q0=" << c.q0);
+    CHECK(linear_backward_case<T>(c, 24) <= kernel_vs_kernel<T>());
+  }
+}
+
+TEST_CASE_TEMPLATE("SIMD linear backward's sweep: strided heads (BSNH, grouped K/V) and a non-finite query that "
+                   "reaches only the rows it should", T, float, double) {
+  const index_t n = 70, heads = 4, kv_heads = 2, d = 32;
+  lrpe::generator g(25);
+  std::vector<T> q(static_cast<std::size_t>(n * heads * d)), k(static_cast<std::size_t>(n * kv_heads * d));
+  std::vector<T> v = k, d_out = q;
+  for (auto* x : {&q, &k, &v, &d_out})
+    for (auto& e : *x) e = static_cast<T>(g.normal());
+  q[static_cast<std::size_t>((37 * heads + 1) * d + 5)] = std::numeric_limits<T>::quiet_NaN();  // row 37, head 1
+  const lrpe::rope_neox<T> enc(d);
+  const lrpe::feature_maps::identity phi;  // (φ(NaN) is the map's own business)
+  const lrpe::linear_options opt{.causal = true};
+  std::vector<T> dq1(q.size()), dk1(k.size()), dv1(v.size()), dq2 = dq1, dk2 = dk1, dv2 = dv1;
+  const auto run = [&](std::vector<T>& dq, std::vector<T>& dk, std::vector<T>& dv, auto backend) {
+    lrpe::linear_attention_backward(lrpe::bsnh<const T>(q.data(), 1, n, heads, d), lrpe::bsnh<const T>(k.data(), 1, n, kv_heads, d),
+                                    lrpe::bsnh<const T>(v.data(), 1, n, kv_heads, d),
+                                    lrpe::bsnh<const T>(d_out.data(), 1, n, heads, d), lrpe::bsnh(dq.data(), 1, n, heads, d),
+                                    lrpe::bsnh(dk.data(), 1, n, kv_heads, d), lrpe::bsnh(dv.data(), 1, n, kv_heads, d), enc,
+                                    phi, opt, {}, backend);
+  };
+  run(dq1, dk1, dv1, lrpe::backend::reference{});
+  run(dq2, dk2, dv2, lrpe::backend::simd<>{});
+  // NaN exactly where the reference has it (dk̃ and dv of rows ≤ 37 of K/V head 0, which query
+  // head 1 reads), the rest within the kernels' bound
+  for (const auto& [a, b] : {std::pair{&dq2, &dq1}, std::pair{&dk2, &dk1}, std::pair{&dv2, &dv1}}) {
+    double worst = 0, scale = 0;
+    index_t nan_mismatch = 0, nans = 0;
+    for (std::size_t i = 0; i < a->size(); ++i) {
+      const double x = static_cast<double>((*a)[i]), y = static_cast<double>((*b)[i]);
+      nans += std::isnan(y) ? 1 : 0;
+      if (std::isnan(x) != std::isnan(y)) ++nan_mismatch;
+      else if (!std::isnan(y)) worst = std::max(worst, std::abs(x - y)), scale = std::max(scale, std::abs(y));
+    }
+    CHECK(nan_mismatch == 0);
+    CHECK(worst / (1 + scale) <= kernel_vs_kernel<T>());
+    if (a != &dq2) CHECK(nans > 0);
+  }
+}
+
 TEST_CASE("SIMD linear backward: a learned decay's gradient (options.decay_gradient) as the reference's") {
   using T = double;
   const index_t n = 40, d = 8;

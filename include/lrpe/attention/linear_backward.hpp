@@ -57,9 +57,11 @@ void run_linear_backward(const matrix_view<const T>& q, const matrix_view<const 
     if constexpr (is_encoder || is_feature_encoding) return encoding.feature_dim();
     else return d;
   }();
+  // No encoding and φ = identity: the features are q and k themselves, read where they are
+  constexpr bool raw_features = std::is_same_v<Encoding, no_encoding> && std::is_same_v<Phi, feature_maps::identity>;
   using backend::acquire_feature_scratch;
   backend::feature_scratch<T> fs;
-  acquire_feature_scratch(backend, fs, q.rows, k.rows, f);
+  if constexpr (!raw_features) acquire_feature_scratch(backend, fs, q.rows, k.rows, f);
   row_matrix<T> phi_q, phi_k, dqf, dkf;  // the encoding's input φ(x) and its features' gradients
   if constexpr (is_encoder || is_feature_encoding) {
     phi_q.resize(q.rows, d);
@@ -71,12 +73,14 @@ void run_linear_backward(const matrix_view<const T>& q, const matrix_view<const 
     encode_features_kernel(backend, encoding, canonical::side::key, view(std::as_const(phi_k)), kp, fs.k);
     dqf.resize(q.rows, f);
     dkf.resize(k.rows, f);
-  } else {
+  } else if constexpr (!raw_features) {
     using backend::linear_features_kernel;
     linear_features_kernel(backend, encoding, phi, q, qp, canonical::side::query, fs.q);
     linear_features_kernel(backend, encoding, phi, k, kp, canonical::side::key, fs.k);
   }
-  backend::linear_problem<T> forward{matrix_view<const T>(fs.q), matrix_view<const T>(fs.k), v, matrix_view<T>{},
+  const matrix_view<const T> qf = raw_features ? q : matrix_view<const T>(fs.q);
+  const matrix_view<const T> kf = raw_features ? k : matrix_view<const T>(fs.k);
+  backend::linear_problem<T> forward{qf, kf, v, matrix_view<T>{},
                                      options.q_positions, options.k_positions, options.causal, options.norm,
                                      options.eps, options.chunk};
   constexpr bool via_features = is_encoder || is_feature_encoding;
@@ -91,10 +95,12 @@ void run_linear_backward(const matrix_view<const T>& q, const matrix_view<const 
     features_backward_rows(backend, encoding, canonical::side::key, view(std::as_const(phi_k)), kp,
                            view(std::as_const(dkf)), dk, grad);
   }
-  for (index_t i = 0; i < q.rows; ++i)
-    for (index_t j = 0; j < d; ++j) dq.row(i)[j] *= static_cast<T>(phi.derivative(q.row(i)[j]));
-  for (index_t i = 0; i < k.rows; ++i)
-    for (index_t j = 0; j < d; ++j) dk.row(i)[j] *= static_cast<T>(phi.derivative(k.row(i)[j]));
+  if constexpr (!std::is_same_v<Phi, feature_maps::identity>) {  // (identity: φ' = 1)
+    for (index_t i = 0; i < q.rows; ++i)
+      for (index_t j = 0; j < d; ++j) dq.row(i)[j] *= static_cast<T>(phi.derivative(q.row(i)[j]));
+    for (index_t i = 0; i < k.rows; ++i)
+      for (index_t j = 0; j < d; ++j) dk.row(i)[j] *= static_cast<T>(phi.derivative(k.row(i)[j]));
+  }
 }
 
 /// The checks of the backward beyond the forward's: the outputs' shapes, the encoding, φ, and grad.

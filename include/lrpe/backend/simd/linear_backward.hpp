@@ -21,6 +21,11 @@
  * state. A normalised call first recomputes num and den by one more pass (values v̂). Covers
  * positions given as offsets or arrays, causal or not; other calls (causal queries past the
  * last key, dL/dλ wanted with causal) take the reference kernel.
+ *
+ * The common case, causal self-attention at offsets without decay or normalisation (d_f and d_v
+ * multiples of the vector width), takes the dq̃ pass and then one sweep back over the rows in
+ * place for dk̃, dv and dS₀ (linear_backward_sweep.hpp) instead of the two backwards passes on
+ * reversed copies.
  */
 #pragma once
 
@@ -28,6 +33,7 @@
 #include <lrpe/attention/state.hpp>
 #include <lrpe/backend/reference/linear_backward.hpp>
 #include <lrpe/backend/simd/linear.hpp>
+#include <lrpe/backend/simd/linear_backward_sweep.hpp>
 
 #include <algorithm>
 #include <limits>
@@ -161,10 +167,75 @@ bool linear_backward_covered(const linear_backward_problem<T>& p) {
   return p.initial == nullptr || p.initial->empty() || p.initial->last_position() <= q0;
 }
 
+/// dq̃ of a causal call: a forward pass (queries ĝ, keys v̂, values k̃) from [S₀ | z₀]ᵀ, z₀'s row
+/// only when ĝ and v̂ carry the extra column.
+template <class T, class A>
+void forward_dq(const linear_backward_problem<T>& p, const linear_backward_inputs<T>& in, bool augmented,
+                simd_workspace& ws) {
+  const linear_problem<T>& f = p.forward;
+  const index_t df = f.qf.cols, dv = f.v.cols, da = in.da;
+  const bool has_state = p.initial != nullptr && !p.initial->empty();
+  std::vector<T> h0;
+  if (has_state) {
+    h0.assign(static_cast<std::size_t>(da * df), T(0));
+    for (index_t i = 0; i < df; ++i) {
+      for (index_t j = 0; j < dv; ++j) h0[static_cast<std::size_t>(j * df + i)] = p.initial->kv()(i, j);
+      if (augmented) h0[static_cast<std::size_t>(dv * df + i)] = p.initial->k_sum()[i];
+    }
+  }
+  auto st = state_with<T>(da, df, p.decay, has_state ? h0.data() : nullptr, df, has_state ? p.initial->last_position() : 0);
+  const linear_problem<T> pp{in.g_hat, in.v_hat, f.kf, p.dqf, f.q_positions, f.k_positions, true,
+                             normalisation::none, f.eps, f.chunk};
+  linear_simd<T, A>(pp, &st, ws);
+}
+
+/// Whether `backward_sweep` takes the call (linear_backward_sweep.hpp): causal self-attention at
+/// offsets, no decay, no normalisation, d_f and d_v multiples of the vector width.
+template <class T, class A>
+bool sweep_applies(const linear_backward_problem<T>& p) {
+  constexpr index_t W = xsimd::batch<T, A>::size;
+  const linear_problem<T>& f = p.forward;
+  const auto& qp = f.q_positions;
+  const auto& kp = f.k_positions;
+  return f.causal && p.decay == 1.0 && f.norm == normalisation::none && !qp.is_array() && !kp.is_array() &&
+         qp.offset() == kp.offset() && f.qf.rows == f.kf.rows && f.qf.cols % W == 0 && f.v.cols % W == 0;
+}
+
+/// A call `sweep_applies` to: dq̃ by a forward pass, then dk̃, dv and dS₀ by the sweep.
+template <class T, class A>
+void linear_backward_by_sweep(const linear_backward_problem<T>& p, simd_workspace& ws) {
+  const linear_problem<T>& f = p.forward;
+  const index_t df = f.qf.cols, dv = f.v.cols;
+  forward_dq<T, A>(p, linear_backward_inputs<T>{p.d_out, f.v, dv}, false, ws);
+  using sweep_t = backward_sweep<T, A>;
+  T* dS = ws.get<T>(simd_workspace::grad_state, sweep_t::scratch(df, dv));
+  for (index_t i = 0; i < df; ++i)
+    for (index_t j = 0; j < dv; ++j) dS[i * dv + j] = p.d_final != nullptr ? p.d_final->kv(i, j) : T(0);
+  T* vt = dS + df * dv;
+  T* mt = vt + dv * sweep_t::W;
+  T* dkt = mt + sweep_t::W * sweep_t::W;
+  const T* dz = p.d_final != nullptr ? p.d_final->k_sum.data() : nullptr;
+  sweep_t sweep{f.qf, f.kf, f.v, p.d_out, p.dkf, p.dv, dz, df, dv, dS, vt, mt, dkt};
+  sweep.run();
+  if (p.d_initial != nullptr) {  // no decay: dS₀ = dS after the first row; dz₀ = dz_f (e = 0)
+    p.d_initial->kv = row_matrix<T>::Zero(df, dv);
+    p.d_initial->k_sum = dense_vector<T>::Zero(df);
+    if (p.initial != nullptr && !p.initial->empty()) {
+      for (index_t i = 0; i < df; ++i)
+        for (index_t j = 0; j < dv; ++j) p.d_initial->kv(i, j) = dS[i * dv + j];
+      if (dz != nullptr) p.d_initial->k_sum = p.d_final->k_sum;
+    }
+  }
+}
+
 /// The whole call (see the file comment); false, having done nothing, where it does not cover it.
 template <class T, class A>
 bool linear_backward_simd(const linear_backward_problem<T>& p, simd_workspace& ws) {
   if (!linear_backward_covered(p)) return false;
+  if (sweep_applies<T, A>(p)) {
+    linear_backward_by_sweep<T, A>(p, ws);
+    return true;
+  }
   const linear_problem<T>& f = p.forward;
   const index_t nq = f.qf.rows, nk = f.kf.rows, df = f.qf.cols, dv = f.v.cols;
   const bool augmented = linear_backward_augmented(p);
@@ -187,20 +258,8 @@ bool linear_backward_simd(const linear_backward_problem<T>& p, simd_workspace& w
     return true;
   }
 
-  // dq̃: forwards, from [S₀ | z₀]ᵀ
   const bool has_state = p.initial != nullptr && !p.initial->empty();
-  {
-    std::vector<T> h0;
-    if (has_state) {
-      h0.assign(static_cast<std::size_t>(da * df), T(0));
-      for (index_t i = 0; i < df; ++i) {
-        for (index_t j = 0; j < dv; ++j) h0[static_cast<std::size_t>(j * df + i)] = p.initial->kv()(i, j);
-        if (augmented) h0[static_cast<std::size_t>(dv * df + i)] = p.initial->k_sum()[i];
-      }
-    }
-    auto st = state_with<T>(da, df, lambda, has_state ? h0.data() : nullptr, df, has_state ? p.initial->last_position() : 0);
-    pass(in.g_hat, in.v_hat, f.kf, p.dqf, f.q_positions, f.k_positions, &st);
-  }
+  forward_dq<T, A>(p, in, augmented, ws);
 
   // dk̃ and dv: backwards in time, from the final state's gradient at −P
   const position_t last_key = f.k_positions[nk - 1];
