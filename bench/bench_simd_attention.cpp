@@ -348,6 +348,38 @@ void linear_backward(benchmark::State& state) {
   state.counters["x_forward"] = secs / t_forward;
 }
 
+// A learned decay: the causal linear backward of `linear_backward` with λ = 0.99 (the forward
+// for `x_forward` likewise), arg 1 = 1 with dL/dλ of every head (options.decay_gradient: by
+// chunks, backend/simd/linear_decay_gradient.hpp), 0 without.
+void linear_backward_decay(benchmark::State& state) {
+  const index_t n = state.range(0);
+  const bool gradient = state.range(1) != 0;
+  inputs in(n);
+  buffer<T> d_out(in.q.size()), dq(in.q.size()), dk(in.q.size()), dv(in.q.size());
+  lrpe::generator g(3);
+  for (auto& x : d_out) x = static_cast<T>(g.normal());
+  lrpe::linear_options opt{.causal = true, .chunk = 64, .decay = 0.99};
+  const lrpe::feature_maps::identity phi;
+  const double t_forward = median_call_seconds(
+      [&] {
+        lrpe::linear_attention(in.view(in.q), in.view(in.k), in.view(in.v), in.view(in.out), lrpe::no_encoding{}, phi,
+                               opt, lrpe::backend::simd<>{});
+      },
+      5);
+  double dl[heads] = {};
+  const double secs = run_timed(state, 3 * linear_flops(n), 1, [&] {
+    for (index_t h = 0; h < heads; ++h) {
+      opt.decay_gradient = gradient ? &dl[h] : nullptr;
+      lrpe::linear_attention_backward(in.view(in.q).head(0, h), in.view(in.k).head(0, h), in.view(in.v).head(0, h),
+                                      in.view(d_out).head(0, h), in.view(dq).head(0, h), in.view(dk).head(0, h),
+                                      in.view(dv).head(0, h), lrpe::no_encoding{}, phi, opt, nullptr,
+                                      lrpe::backend::simd<>{});
+    }
+  });
+  state.counters["x_forward"] = secs / t_forward;
+  benchmark::DoNotOptimize(dl);
+}
+
 // Decode: one query row per head (position n − 1, causal) over a KV cache of n keys, 8 heads in
 // one multi-head call: arg 1 = 0 the reference backend, 1 the SIMD backend (its direct kernel:
 // K and V read once, unpacked). Memory-bound: `GBps` = the K and V bytes read per second,
@@ -830,6 +862,7 @@ BENCHMARK(linear_simd_rope_features_first)->Arg(4096)->UseRealTime()->Unit(bench
 BENCHMARK(linear_decode)->Arg(0)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(linear_backward)->ArgsProduct({{2048, 8192}, {1}})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(linear_backward)->Args({2048, 0})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(linear_backward_decay)->ArgsProduct({{2048, 8192}, {0, 1}})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(linear_reference)->ArgsProduct({{512, 2048, 4096, 8192}, {0, 1}})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

@@ -6,6 +6,7 @@
 #include "simd_attention_helpers.hpp"
 
 #include <limits>
+#include <tuple>
 #include <vector>
 
 using namespace simd_attention_test;
@@ -442,24 +443,79 @@ TEST_CASE_TEMPLATE("SIMD linear backward's sweep: strided heads (BSNH, grouped K
   }
 }
 
-TEST_CASE("SIMD linear backward: a learned decay's gradient (options.decay_gradient) as the reference's") {
-  using T = double;
-  const index_t n = 40, d = 8;
-  lrpe::generator g(23);
-  const rm<T> q = random_matrix<T>(g, n, d), k = random_matrix<T>(g, n, d), v = random_matrix<T>(g, n, d);
-  const rm<T> d_out = random_matrix<T>(g, n, d);
+namespace {
+
+struct decay_case {
+  index_t nq, nk, d;
+  double decay;
+  bool normalised, with_state, arrays;
+  position_t q0, k0;
+};
+
+/// dL/dλ (and dQ) of one causal case, RoPE and 1+elu features, on both backends: the
+/// relative difference of dL/dλ, dQ's, and the reference's dL/dλ.
+template <class T>
+std::tuple<double, double, double> decay_gradient_case(const decay_case& c, std::uint64_t seed) {
+  lrpe::generator g(seed);
+  const index_t dv = c.d / 2 + 1;
+  const rm<T> q = random_matrix<T>(g, c.nq, c.d), k = random_matrix<T>(g, c.nk, c.d), v = random_matrix<T>(g, c.nk, dv);
+  const rm<T> d_out = random_matrix<T>(g, c.nq, dv);
+  const lrpe::rope_neox<T> enc(c.d);
   const lrpe::feature_maps::elu_plus_one phi;
-  double dl1 = 0, dl2 = 0;
-  lrpe::linear_options opt{.causal = true, .decay = 0.9};
-  rm<T> dq1(n, d), dk1(n, d), dv1(n, d), dq2 = dq1, dk2 = dk1, dv2 = dv1;
-  opt.decay_gradient = &dl1;
-  lrpe::linear_attention_backward(q, k, v, d_out, dq1, dk1, dv1, lrpe::no_encoding{}, phi, opt);
-  opt.decay_gradient = &dl2;
-  lrpe::linear_attention_backward(q, k, v, d_out, dq2, dk2, dv2, lrpe::no_encoding{}, phi, opt, nullptr,
-                                  lrpe::backend::simd<>{});
-  CHECK(dl1 != 0);
-  CHECK(std::abs(dl2 - dl1) <= kernel_vs_kernel<T>() * (1 + std::abs(dl1)));
-  CHECK(diff(dq2, dq1) <= kernel_vs_kernel<T>());
+  lrpe::linear_options opt{.causal = true, .decay = c.decay};
+  opt.norm = c.normalised ? lrpe::normalisation::denominator : lrpe::normalisation::none;
+  opt.q_positions = c.q0;
+  opt.k_positions = c.k0;
+  const std::vector<position_t> kp = gapped(c.k0, c.nk, seed + 3);
+  const std::vector<position_t> qp(kp.end() - c.nq, kp.end());
+  if (c.arrays) {
+    opt.q_positions = qp;
+    opt.k_positions = kp;
+  }
+  lrpe::linear_attention_state<T> initial(c.d, dv, c.decay);
+  lrpe::linear_state_gradient<T> d_final(c.d, dv), di;
+  if (c.with_state) {
+    const rm<T> kb = random_matrix<T>(g, 3, c.d).array().abs() + T(0.5), vb = random_matrix<T>(g, 3, dv);
+    initial.append_block(kb, vb, std::vector<position_t>{c.k0 - 9, c.k0 - 4, c.k0 - 2}, 0);
+    d_final.kv = random_matrix<T>(g, c.d, dv);
+    d_final.k_sum = random_matrix<T>(g, 1, c.d).transpose();
+  }
+  double dl[2] = {0, 0};
+  rm<T> dq[2] = {rm<T>(c.nq, c.d), rm<T>(c.nq, c.d)}, dk(c.nk, c.d), dvv(c.nk, dv);
+  for (int b = 0; b < 2; ++b) {
+    opt.decay_gradient = &dl[b];
+    if (c.with_state && b == 0)
+      lrpe::linear_attention_backward(q, k, v, d_out, dq[b], dk, dvv, enc, phi, initial, &d_final, &di, opt);
+    else if (c.with_state)
+      lrpe::linear_attention_backward(q, k, v, d_out, dq[b], dk, dvv, enc, phi, initial, &d_final, &di, opt, nullptr,
+                                      lrpe::backend::simd<>{});
+    else if (b == 0)
+      lrpe::linear_attention_backward(q, k, v, d_out, dq[b], dk, dvv, enc, phi, opt);
+    else
+      lrpe::linear_attention_backward(q, k, v, d_out, dq[b], dk, dvv, enc, phi, opt, nullptr, lrpe::backend::simd<>{});
+  }
+  return {std::abs(dl[1] - dl[0]) / (1 + std::abs(dl[0])), diff(dq[1], dq[0]), dl[0]};
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("SIMD linear backward: a learned decay's gradient (options.decay_gradient) by chunks == reference",
+                   T, float, double) {
+  // linear_decay_gradient.hpp: chunks of 64 queries, key blocks of 256, the states' terms
+  const decay_case cases[] = {
+      {150, 150, 16, 0.9, false, false, false, 0, 0},      {150, 150, 16, 0.99, true, true, false, -70, -70},
+      {100, 300, 8, 0.95, false, true, false, 200, 0},     {100, 300, 8, 0.999, true, false, true, 0, 5},
+      {130, 130, 16, 1.0, false, true, false, 1000, 1000}, {90, 90, 12, 0.8, true, true, true, 0, -40},
+      {1, 1, 4, 0.9, false, true, false, 7, 7},
+  };
+  for (const auto& c : cases) {
+    INFO("nq=" << c.nq << " nk=" << c.nk << " decay=" << c.decay << " normalised=" << c.normalised
+               << " state=" << c.with_state << " arrays=" << c.arrays);
+    const auto result = decay_gradient_case<T>(c, 26);
+    CHECK(std::get<2>(result) != 0);
+    CHECK(std::get<0>(result) <= kernel_vs_kernel<T>());
+    CHECK(std::get<1>(result) <= kernel_vs_kernel<T>());
+  }
 }
 
 TEST_CASE_TEMPLATE("SIMD linear backward == reference: cosFormer's features", T, float, double) {

@@ -19,8 +19,8 @@
  * ("backwards in time": rows reversed, positions negated, so that s ≥ t becomes causal), and the
  * state the dk̃ pass leaves is [dS₀ | dz₀]ᵀ up to the decay from the first query to the initial
  * state. A normalised call first recomputes num and den by one more pass (values v̂). Covers
- * positions given as offsets or arrays, causal or not; other calls (causal queries past the
- * last key, dL/dλ wanted with causal) take the reference kernel.
+ * positions given as offsets or arrays, causal or not; causal queries past the last key take
+ * the reference kernel. A causal dL/dλ goes by chunks (linear_decay_gradient.hpp).
  *
  * The common case, causal self-attention at offsets without decay or normalisation (d_f and d_v
  * multiples of the vector width), takes the dq̃ pass and then one sweep back over the rows in
@@ -34,6 +34,7 @@
 #include <lrpe/backend/reference/linear_backward.hpp>
 #include <lrpe/backend/simd/linear.hpp>
 #include <lrpe/backend/simd/linear_backward_sweep.hpp>
+#include <lrpe/backend/simd/linear_decay_gradient.hpp>
 
 #include <algorithm>
 #include <limits>
@@ -157,8 +158,7 @@ template <class T>
 bool linear_backward_covered(const linear_backward_problem<T>& p) {
   const linear_problem<T>& f = p.forward;
   constexpr position_t lowest = std::numeric_limits<position_t>::min();
-  if (f.qf.rows == 0 || f.kf.rows == 0 || f.qf.cols == 0 || f.v.cols == 0 || (p.d_decay != nullptr && f.causal))
-    return false;
+  if (f.qf.rows == 0 || f.kf.rows == 0 || f.qf.cols == 0 || f.v.cols == 0) return false;
   if (!f.causal) return true;
   // causal positions are non-decreasing (validated): the first is the least, the last the most
   const position_t q0 = f.q_positions[0], k0 = f.k_positions[0];
@@ -197,7 +197,8 @@ bool sweep_applies(const linear_backward_problem<T>& p) {
   const linear_problem<T>& f = p.forward;
   const auto& qp = f.q_positions;
   const auto& kp = f.k_positions;
-  return f.causal && p.decay == 1.0 && f.norm == normalisation::none && !qp.is_array() && !kp.is_array() &&
+  return f.causal && p.decay == 1.0 && p.d_decay == nullptr && f.norm == normalisation::none && !qp.is_array() &&
+         !kp.is_array() &&
          qp.offset() == kp.offset() && f.qf.rows == f.kf.rows && f.qf.cols % W == 0 && f.v.cols % W == 0;
 }
 
@@ -302,6 +303,7 @@ bool linear_backward_simd(const linear_backward_problem<T>& p, simd_workspace& w
       }
     }
   }
+  if (p.d_decay != nullptr) *p.d_decay += decay_gradient_chunks<T>(p, in.g_hat, in.v_hat)();
   return true;
 }
 
