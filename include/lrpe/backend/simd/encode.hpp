@@ -877,9 +877,10 @@ L transposed(const L& l) {
   }
 }
 
-/// Rows per block when θ's gradient follows dx: the block's dx is still in cache (L2 for a
-/// few heads of d = 64; fewer blocks, fewer kernel calls: bench/results/issue38-backward.md).
-inline constexpr index_t backward_block_rows = 256;
+/// Rows ahead that `add_theta_gradient` prefetches: it reads x and dx after the whole dx pass
+/// (which then streams large outputs), two row streams per head that the hardware prefetchers
+/// alone left waiting (bench/results/issue38-backward.md).
+inline constexpr index_t theta_prefetch_rows = 48;
 
 /// Adds θ's gradient of rows [r0, r1) of one head from x and dx (nothing for a Λ without parameters).
 /// For a rotation: `rotation::accumulate_gradient(s, x, dx, ·)`'s sum over the pairs written as
@@ -894,6 +895,10 @@ void add_theta_gradient(const E& enc, const matrix_view<const typename E::scalar
     const bool interleaved = enc.lambda().pair_mode() == pairing::interleaved;
     double* __restrict g = grad->lambda.data();
     for (index_t i = r0; i < r1; ++i) {
+      if (i + theta_prefetch_rows < r1) {
+        prefetch_row<2>(x.row(i + theta_prefetch_rows), x.cols);
+        prefetch_row<2>(dx.row(i + theta_prefetch_rows), dx.cols);
+      }
       const auto s = static_cast<double>(pos[i]);
       const T* __restrict a = x.row(i);
       const T* __restrict b = dx.row(i);
@@ -908,13 +913,6 @@ void add_theta_gradient(const E& enc, const matrix_view<const typename E::scalar
   } else {
     (void)enc, (void)x, (void)pos, (void)dx, (void)r0, (void)r1, (void)grad;  // no parameters
   }
-}
-
-/// Rows [r0, r0 + rows) of every head of a heads_view.
-template <class T>
-heads_view<T> rows_of(const heads_view<T>& x, index_t r0, index_t rows) {
-  return {rows > 0 ? x.data + r0 * x.seq_stride : x.data, x.batch, x.heads, rows, x.dim,
-          x.batch_stride, x.head_stride, x.seq_stride};
 }
 
 }  // namespace backend::simd_detail
@@ -963,7 +961,7 @@ void encode(const B&, const E& enc, matrix_view<const S> x, positions pos, matri
  * SIMD backward of `encode` (docs/training.md): the same as `enc.backward(x, pos, d_out, dx,
  * grad)`. RoPE (both pairings), permutation powers and the identity Λ after P = I
  * (`simd_backward_v`) run the forward kernel of the transposed encoder on d_out, then θ's
- * gradient from x and dx by blocks of rows; any other encoder, or an aliased dx, takes
+ * gradient from x and dx; any other encoder, or an aliased dx, takes
  * `encoder::backward`.
  */
 template <backend::simd_backend B, lrpe_encoder E>
@@ -978,14 +976,8 @@ void encode_backward(const B&, const E& enc, matrix_view<const typename E::scala
     const bool theta = grad != nullptr && base.lambda_parameter_count() > 0;
     if (dx.data != d_out.data && !(theta && dx.data == x.data)) {
       const simd_encoder<base_t, typename B::arch_type> se(base_t(base.p(), backend::simd_detail::transposed(base.lambda())));
-      constexpr index_t block = backend::simd_detail::backward_block_rows;
-      const index_t step = theta ? block : std::max<index_t>(1, x.rows);
-      for (index_t r0 = 0; r0 < x.rows; r0 += step) {
-        const index_t m = std::min(step, x.rows - r0);
-        se.encode(matrix_view<const typename E::scalar>(d_out.row(r0), m, d_out.cols, d_out.row_stride), pos.slice(r0, m),
-                  matrix_view<typename E::scalar>(dx.row(r0), m, dx.cols, dx.row_stride));
-        backend::simd_detail::add_theta_gradient(base, x, pos, dx, r0, r0 + m, grad);
-      }
+      se.encode(d_out, pos, dx);
+      if (theta) backend::simd_detail::add_theta_gradient(base, x, pos, dx, 0, x.rows, grad);
       return;
     }
   }
@@ -996,7 +988,7 @@ void encode_backward(const B&, const E& enc, matrix_view<const typename E::scala
  * SIMD backward of `encode_qk`: every (batch, head) of Q and K, the parameter gradient summed
  * over all of them (as the reference backend's). For `simd_backward_v` encoders the transposed
  * encoder's `encode_qk` runs on every head at once (its per-position tables shared by heads, Q
- * and K), by blocks of positions when θ's gradient follows; otherwise `encode_backward` per head.
+ * and K), then θ's gradient from every head's rows; otherwise `encode_backward` per head.
  */
 template <backend::simd_backend B, lrpe_encoder E>
 void encode_qk_backward(const B& b, const E& enc, heads_view<const typename E::scalar> q, positions q_pos,
@@ -1021,19 +1013,14 @@ void encode_qk_backward(const B& b, const E& enc, heads_view<const typename E::s
       base.check_backward(q.head(0, 0), q_pos, d_q_out.head(0, 0), dq.head(0, 0), grad, where);
       base.check_backward(k.head(0, 0), k_pos, d_k_out.head(0, 0), dk.head(0, 0), grad, where);
       const simd_encoder<base_t, typename B::arch_type> se(base_t(base.p(), backend::simd_detail::transposed(base.lambda())));
-      constexpr index_t block = backend::simd_detail::backward_block_rows;
-      const index_t rows = std::max(q.seq, k.seq), step = theta ? block : std::max<index_t>(1, rows);
-      for (index_t r0 = 0; r0 < rows; r0 += step) {
-        const index_t mq = std::clamp<index_t>(q.seq - r0, 0, step), mk = std::clamp<index_t>(k.seq - r0, 0, step);
-        se.encode_qk(backend::simd_detail::rows_of(d_q_out, r0, mq), q_pos.slice(r0, mq),
-                     backend::simd_detail::rows_of(d_k_out, r0, mk), k_pos.slice(r0, mk),
-                     backend::simd_detail::rows_of(dq, r0, mq), backend::simd_detail::rows_of(dk, r0, mk));
+      se.encode_qk(d_q_out, q_pos, d_k_out, k_pos, dq, dk);
+      if (theta) {
         for (index_t bi = 0; bi < q.batch; ++bi)
           for (index_t h = 0; h < q.heads; ++h)
-            backend::simd_detail::add_theta_gradient(base, q.head(bi, h), q_pos, dq.head(bi, h), r0, r0 + mq, grad);
+            backend::simd_detail::add_theta_gradient(base, q.head(bi, h), q_pos, dq.head(bi, h), 0, q.seq, grad);
         for (index_t bi = 0; bi < k.batch; ++bi)
           for (index_t h = 0; h < k.heads; ++h)
-            backend::simd_detail::add_theta_gradient(base, k.head(bi, h), k_pos, dk.head(bi, h), r0, r0 + mk, grad);
+            backend::simd_detail::add_theta_gradient(base, k.head(bi, h), k_pos, dk.head(bi, h), 0, k.seq, grad);
       }
       return;
     }
