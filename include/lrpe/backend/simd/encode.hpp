@@ -915,6 +915,128 @@ void add_theta_gradient(const E& enc, const matrix_view<const typename E::scalar
   }
 }
 
+/**
+ * RoPE in split-half pairs (P = I) with θ's gradient: dx = Λ⁽ˢ⁾ᵀg and dL/dθ in one pass over
+ * the rows, instead of the dx pass and then a pass that reads x and dx back: g and x are read
+ * once, dx written once (non-temporal for large outputs), and θ's sum reads dx's row from an
+ * L1 copy. dx is formed as `l_kernel<rotation>::rotate_split` forms the transposed encoder's
+ * rows (cos and sin of −sθ from `cos_sin_rows`, a·c − b·s and b·c + a·s), and dθ as
+ * `add_theta_gradient`. Positions go by runs of `cos_sin_rows::run` (one table for every
+ * head); the tables and the row copy live in the workspace's encode slots.
+ */
+template <class A, class T>
+class rope_theta_backward {
+ public:
+  using B = xsimd::batch<T, A>;
+  static constexpr index_t W = B::size;
+  static constexpr index_t run = cos_sin_rows<A, T>::run;
+
+  /// Outputs of `stream_bytes` or more take non-temporal stores (the encoder's default threshold).
+  rope_theta_backward(const lambda::rotation<T>& l, index_t d, simd_workspace& ws,
+                      std::size_t stream_bytes = simd_encoder<encoder<p::identity<T>, lambda::rotation<T>>, A>::default_stream_threshold)
+      : negated_(negated(l)), half_(l.rotated_dim() / 2), d_(d), rows_(negated_.data(), half_), ws_(ws),
+        c_(static_cast<std::size_t>(2 * half_)), stream_bytes_(stream_bytes) {}
+
+  /// Whether it covers a rotation: split-half pairs.
+  static bool covers(const lambda::rotation<T>& l) noexcept { return l.pair_mode() == pairing::split_half; }
+
+  /// Every head's rows of one side: x and g (d_out) read, dx written, θ's gradient added to
+  /// `grad` (half_ entries).
+  void side(const heads_view<const T>& x, const positions& pos, const heads_view<const T>& g,
+            const heads_view<T>& dx, double* grad) {
+    const bool stream = streams(dx);
+    T* table = ws_.get<T>(simd_workspace::encode_table, run * 2 * half_);
+    T* row = ws_.get<T>(simd_workspace::encode_rows, round_up(std::max<index_t>(d_, 1), W));
+    double* c = c_.data();
+    double* sn = c + half_;
+    for (index_t r0 = 0; r0 < x.seq; r0 += run) {
+      const index_t m = std::min(run, x.seq - r0);
+      if (pos.is_array()) {
+        for (index_t j = 0; j < m; ++j) rows_.fill(pos[r0 + j], table + j * 2 * half_, c, sn);
+      } else {
+        rows_.fill_run(pos[r0], m, table, 2 * half_, c, sn);
+      }
+      for (index_t bi = 0; bi < x.batch; ++bi)
+        for (index_t h = 0; h < x.heads; ++h) {
+          const auto xh = x.head(bi, h), gh = g.head(bi, h);
+          const auto yh = dx.head(bi, h);
+          for (index_t j = 0; j < m; ++j) {
+            const index_t r = r0 + j;
+            if (r + theta_prefetch_rows < x.seq) {
+              prefetch_row<2>(xh.row(r + theta_prefetch_rows), d_);
+              prefetch_row<2>(gh.row(r + theta_prefetch_rows), d_);
+            }
+            one_row(table + j * 2 * half_, static_cast<double>(pos[r]), xh.row(r), gh.row(r), yh.row(r), row, grad,
+                    stream);
+          }
+        }
+    }
+    if (stream) compat::stream_fence();
+  }
+
+ private:
+  std::vector<double> negated_;  ///< −θ: the transposed encoder's frequencies
+  index_t half_, d_;
+  cos_sin_rows<A, T> rows_;
+  simd_workspace& ws_;
+  std::vector<double> c_;  ///< the table's cos and sin scratch (2·half doubles)
+  std::size_t stream_bytes_;
+
+  static std::vector<double> negated(const lambda::rotation<T>& l) {
+    std::vector<double> v(l.frequencies().begin(), l.frequencies().end());
+    for (double& t : v) t = -t;
+    return v;
+  }
+
+  /// Large outputs whose every vector store is aligned take non-temporal stores (as the
+  /// encoder's `set_stream_threshold`).
+  bool streams(const heads_view<T>& dx) const noexcept {
+    if constexpr (!compat::has_stream_store<A>) {
+      return false;
+    } else {
+      const double bytes = static_cast<double>(dx.batch * dx.heads * dx.seq) * static_cast<double>(d_) * sizeof(T);
+      const auto aligned = [](std::ptrdiff_t n) { return n % W == 0; };
+      return half_ % W == 0 && aligned(dx.seq_stride) && aligned(dx.head_stride) && aligned(dx.batch_stride) &&
+             reinterpret_cast<std::uintptr_t>(dx.data) % sizeof(B) == 0 &&
+             bytes >= static_cast<double>(stream_bytes_);
+    }
+  }
+
+  /// One row: dx's pairs into y (and the L1 copy), the unrotated tail copied, then θ's terms.
+  LRPE_ALWAYS_INLINE void one_row(const T* tr, double s, const T* x, const T* g, T* y, T* copy, double* grad,
+                                  bool stream) const noexcept {
+    const T* c = tr;
+    const T* sv_ = tr + half_;
+    index_t k = 0;
+    for (; k + W <= half_; k += W) {
+      const B a = B::load_unaligned(g + k), bb = B::load_unaligned(g + half_ + k);
+      const B cv = B::load_unaligned(c + k), sv = B::load_unaligned(sv_ + k);
+      const B lo = compat::fms(a, cv, bb * sv), hi = compat::fma(bb, cv, a * sv);
+      lo.store_unaligned(copy + k);
+      hi.store_unaligned(copy + half_ + k);
+      if (stream) {
+        compat::store_stream(lo, y + k);
+        compat::store_stream(hi, y + half_ + k);
+      } else {
+        lo.store_unaligned(y + k);
+        hi.store_unaligned(y + half_ + k);
+      }
+    }
+    for (; k < half_; ++k) {
+      const T a = g[k], bb = g[half_ + k];
+      y[k] = copy[k] = lrpe::detail::mul_add(a, c[k], -(bb * sv_[k]));
+      y[half_ + k] = copy[half_ + k] = lrpe::detail::mul_add(bb, c[k], a * sv_[k]);
+    }
+    for (index_t j = 2 * half_; j < d_; ++j) y[j] = g[j];
+    const T* __restrict xa = x;
+    const T* __restrict b = copy;
+    double* __restrict gr = grad;
+    const index_t h = half_;
+    for (index_t q = 0; q < h; ++q)
+      gr[q] += s * (static_cast<double>(xa[q]) * b[q + h] - static_cast<double>(xa[q + h]) * b[q]);
+  }
+};
+
 }  // namespace backend::simd_detail
 
 
@@ -957,6 +1079,31 @@ void encode(const B&, const E& enc, matrix_view<const S> x, positions pos, matri
       backend::simd_detail::vector_conversions<A>{});
 }
 
+namespace backend::simd_detail {
+/// A matrix as a heads_view of one head.
+template <class T>
+heads_view<T> one_head(const matrix_view<T>& x) noexcept {
+  return {x.data, 1, 1, x.rows, x.cols, 0, 0, x.row_stride};
+}
+
+/// `rope_theta_backward` for an encoder it covers (split-half RoPE with θ's gradient wanted);
+/// false, having done nothing, otherwise.
+template <class A, class E>
+bool fused_theta_backward(const E& base, simd_workspace& ws, const heads_view<const typename E::scalar>& x,
+                          const positions& pos, const heads_view<const typename E::scalar>& g,
+                          const heads_view<typename E::scalar>& dx, encoder_gradient* grad) {
+  using T = typename E::scalar;
+  if constexpr (std::is_same_v<typename E::lambda_type, lambda::rotation<T>>) {
+    if (grad == nullptr || !rope_theta_backward<A, T>::covers(base.lambda())) return false;
+    rope_theta_backward<A, T>(base.lambda(), base.dim(), ws).side(x, pos, g, dx, grad->lambda.data());
+    return true;
+  } else {
+    (void)base, (void)ws, (void)x, (void)pos, (void)g, (void)dx, (void)grad;
+    return false;
+  }
+}
+}  // namespace backend::simd_detail
+
 /**
  * SIMD backward of `encode` (docs/training.md): the same as `enc.backward(x, pos, d_out, dx,
  * grad)`. RoPE (both pairings), permutation powers and the identity Λ after P = I
@@ -965,7 +1112,7 @@ void encode(const B&, const E& enc, matrix_view<const S> x, positions pos, matri
  * `encoder::backward`.
  */
 template <backend::simd_backend B, lrpe_encoder E>
-void encode_backward(const B&, const E& enc, matrix_view<const typename E::scalar> x, positions pos,
+void encode_backward(const B& b, const E& enc, matrix_view<const typename E::scalar> x, positions pos,
                      matrix_view<const typename E::scalar> d_out, matrix_view<typename E::scalar> dx,
                      encoder_gradient* grad = nullptr) {
   const auto& base = backend::simd_detail::kernel_encoding(enc);
@@ -975,6 +1122,10 @@ void encode_backward(const B&, const E& enc, matrix_view<const typename E::scala
     // dx = d_out in place is not a kernel call; dx = x with θ's gradient would read x overwritten
     const bool theta = grad != nullptr && base.lambda_parameter_count() > 0;
     if (dx.data != d_out.data && !(theta && dx.data == x.data)) {
+      using backend::simd_detail::one_head;
+      if (theta && backend::simd_detail::fused_theta_backward<typename B::arch_type>(
+                       base, *backend::simd_detail::resolve(b).ws, one_head(x), pos, one_head(d_out), one_head(dx), grad))
+        return;
       const simd_encoder<base_t, typename B::arch_type> se(base_t(base.p(), backend::simd_detail::transposed(base.lambda())));
       se.encode(d_out, pos, dx);
       if (theta) backend::simd_detail::add_theta_gradient(base, x, pos, dx, 0, x.rows, grad);
@@ -1012,6 +1163,14 @@ void encode_qk_backward(const B& b, const E& enc, heads_view<const typename E::s
     if (!aliased && q.batch > 0 && q.heads > 0 && k.batch > 0 && k.heads > 0) {
       base.check_backward(q.head(0, 0), q_pos, d_q_out.head(0, 0), dq.head(0, 0), grad, where);
       base.check_backward(k.head(0, 0), k_pos, d_k_out.head(0, 0), dk.head(0, 0), grad, where);
+      if (theta) {
+        auto& ws = *backend::simd_detail::resolve(b).ws;
+        using A = typename B::arch_type;
+        if (backend::simd_detail::fused_theta_backward<A>(base, ws, q, q_pos, d_q_out, dq, grad)) {
+          backend::simd_detail::fused_theta_backward<A>(base, ws, k, k_pos, d_k_out, dk, grad);
+          return;
+        }
+      }
       const simd_encoder<base_t, typename B::arch_type> se(base_t(base.p(), backend::simd_detail::transposed(base.lambda())));
       se.encode_qk(d_q_out, q_pos, d_k_out, k_pos, dq, dk);
       if (theta) {
