@@ -184,6 +184,9 @@ void backward_rope_split_half(benchmark::State& s) { backward_qk_bench(s, lrpe::
 void backward_rope_split_half_theta(benchmark::State& s) {
   backward_qk_bench(s, lrpe::rope_neox<float>(dim), simd{}, true);
 }
+void backward_rope_interleaved_theta(benchmark::State& s) {
+  backward_qk_bench(s, lrpe::rope_gptj<float>(dim), simd{}, true);
+}
 void reference_backward_rope_split_half_theta(benchmark::State& s) {
   backward_qk_bench(s, lrpe::rope_neox<float>(dim), reference{}, true);
 }
@@ -272,6 +275,7 @@ LRPE_QK(permutation_power_bsnh_to_bnsh);
 LRPE_QK(reference_rope_interleaved_bsnh);
 LRPE_QK(backward_rope_split_half);
 LRPE_QK(backward_rope_split_half_theta);
+LRPE_QK(backward_rope_interleaved_theta);
 LRPE_QK(reference_backward_rope_split_half_theta);
 #define LRPE_QK_WIDE(f) BENCHMARK(f)->Arg(2048)->Arg(512)->UseManualTime()->Unit(benchmark::kMicrosecond)
 LRPE_QK_WIDE(dft_phase_type8_d128);

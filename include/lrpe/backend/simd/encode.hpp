@@ -916,11 +916,12 @@ void add_theta_gradient(const E& enc, const matrix_view<const typename E::scalar
 }
 
 /**
- * RoPE in split-half pairs (P = I) with θ's gradient: dx = Λ⁽ˢ⁾ᵀg and dL/dθ in one pass over
+ * RoPE (P = I) with θ's gradient: dx = Λ⁽ˢ⁾ᵀg and dL/dθ in one pass over
  * the rows, instead of the dx pass and then a pass that reads x and dx back: g and x are read
  * once, dx written once (non-temporal for large outputs), and θ's sum reads dx's row from an
  * L1 copy. dx is formed as `l_kernel<rotation>::rotate_split` forms the transposed encoder's
- * rows (cos and sin of −sθ from `cos_sin_rows`, a·c − b·s and b·c + a·s), and dθ as
+ * rows (cos and sin of −sθ from `cos_sin_rows`, a·c − b·s and b·c + a·s; interleaved pairs by
+ * stride-2 loops, stored as they are), and dθ as
  * `add_theta_gradient`. Positions go by runs of `cos_sin_rows::run` (one table for every
  * head); the tables and the row copy live in the workspace's encode slots.
  */
@@ -934,11 +935,12 @@ class rope_theta_backward {
   /// Outputs of `stream_bytes` or more take non-temporal stores (the encoder's default threshold).
   rope_theta_backward(const lambda::rotation<T>& l, index_t d, simd_workspace& ws,
                       std::size_t stream_bytes = simd_encoder<encoder<p::identity<T>, lambda::rotation<T>>, A>::default_stream_threshold)
-      : negated_(negated(l)), half_(l.rotated_dim() / 2), d_(d), rows_(negated_.data(), half_), ws_(ws),
-        c_(static_cast<std::size_t>(2 * half_)), stream_bytes_(stream_bytes) {}
+      : negated_(negated(l)), half_(l.rotated_dim() / 2), d_(d), interleaved_(l.pair_mode() == pairing::interleaved),
+        rows_(negated_.data(), half_), ws_(ws), c_(static_cast<std::size_t>(2 * half_)), stream_bytes_(stream_bytes) {}
 
-  /// Whether it covers a rotation: split-half pairs.
-  static bool covers(const lambda::rotation<T>& l) noexcept { return l.pair_mode() == pairing::split_half; }
+  /// Every rotation: split-half pairs by vectors, interleaved pairs by loops the compiler
+  /// vectorises (stride 2).
+  static bool covers(const lambda::rotation<T>&) noexcept { return true; }
 
   /// Every head's rows of one side: x and g (d_out) read, dx written, θ's gradient added to
   /// `grad` (half_ entries).
@@ -966,8 +968,8 @@ class rope_theta_backward {
               prefetch_row<2>(xh.row(r + theta_prefetch_rows), d_);
               prefetch_row<2>(gh.row(r + theta_prefetch_rows), d_);
             }
-            one_row(table + j * 2 * half_, static_cast<double>(pos[r]), xh.row(r), gh.row(r), yh.row(r), row, grad,
-                    stream);
+            if (interleaved_) interleaved_row(table + j * 2 * half_, static_cast<double>(pos[r]), xh.row(r), gh.row(r), yh.row(r), grad);
+            else one_row(table + j * 2 * half_, static_cast<double>(pos[r]), xh.row(r), gh.row(r), yh.row(r), row, grad, stream);
           }
         }
     }
@@ -977,6 +979,7 @@ class rope_theta_backward {
  private:
   std::vector<double> negated_;  ///< −θ: the transposed encoder's frequencies
   index_t half_, d_;
+  bool interleaved_;
   cos_sin_rows<A, T> rows_;
   simd_workspace& ws_;
   std::vector<double> c_;  ///< the table's cos and sin scratch (2·half doubles)
@@ -996,7 +999,7 @@ class rope_theta_backward {
     } else {
       const double bytes = static_cast<double>(dx.batch * dx.heads * dx.seq) * static_cast<double>(d_) * sizeof(T);
       const auto aligned = [](std::ptrdiff_t n) { return n % W == 0; };
-      return half_ % W == 0 && aligned(dx.seq_stride) && aligned(dx.head_stride) && aligned(dx.batch_stride) &&
+      return !interleaved_ && half_ % W == 0 && aligned(dx.seq_stride) && aligned(dx.head_stride) && aligned(dx.batch_stride) &&
              reinterpret_cast<std::uintptr_t>(dx.data) % sizeof(B) == 0 &&
              bytes >= static_cast<double>(stream_bytes_);
     }
@@ -1034,6 +1037,23 @@ class rope_theta_backward {
     const index_t h = half_;
     for (index_t q = 0; q < h; ++q)
       gr[q] += s * (static_cast<double>(xa[q]) * b[q + h] - static_cast<double>(xa[q + h]) * b[q]);
+  }
+
+  /// One row in interleaved pairs (2k, 2k + 1): dx's pairs, the tail copied, θ's terms from x
+  /// and the dx just written (in L1).
+  LRPE_ALWAYS_INLINE void interleaved_row(const T* tr, double s, const T* x, const T* g, T* y, double* grad) const noexcept {
+    const T* __restrict c = tr;
+    const T* __restrict sv = tr + half_;
+    T* __restrict yo = y;
+    for (index_t k = 0; k < half_; ++k) {
+      const T a = g[2 * k], bb = g[2 * k + 1];
+      yo[2 * k] = lrpe::detail::mul_add(a, c[k], -(bb * sv[k]));
+      yo[2 * k + 1] = lrpe::detail::mul_add(bb, c[k], a * sv[k]);
+    }
+    for (index_t j = 2 * half_; j < d_; ++j) y[j] = g[j];
+    double* __restrict gr = grad;
+    for (index_t k = 0; k < half_; ++k)
+      gr[k] += s * (static_cast<double>(x[2 * k]) * y[2 * k + 1] - static_cast<double>(x[2 * k + 1]) * y[2 * k]);
   }
 };
 
@@ -1086,8 +1106,7 @@ heads_view<T> one_head(const matrix_view<T>& x) noexcept {
   return {x.data, 1, 1, x.rows, x.cols, 0, 0, x.row_stride};
 }
 
-/// `rope_theta_backward` for an encoder it covers (split-half RoPE with θ's gradient wanted);
-/// false, having done nothing, otherwise.
+/// `rope_theta_backward` for RoPE with θ's gradient wanted; false, having done nothing, otherwise.
 template <class A, class E>
 bool fused_theta_backward(const E& base, simd_workspace& ws, const heads_view<const typename E::scalar>& x,
                           const positions& pos, const heads_view<const typename E::scalar>& g,
