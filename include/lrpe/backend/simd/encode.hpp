@@ -938,10 +938,6 @@ class rope_theta_backward {
       : negated_(negated(l)), half_(l.rotated_dim() / 2), d_(d), interleaved_(l.pair_mode() == pairing::interleaved),
         rows_(negated_.data(), half_), ws_(ws), c_(static_cast<std::size_t>(2 * half_)), stream_bytes_(stream_bytes) {}
 
-  /// Every rotation: split-half pairs by vectors, interleaved pairs by loops the compiler
-  /// vectorises (stride 2).
-  static bool covers(const lambda::rotation<T>&) noexcept { return true; }
-
   /// Every head's rows of one side: x and g (d_out) read, dx written, θ's gradient added to
   /// `grad` (half_ entries).
   void side(const heads_view<const T>& x, const positions& pos, const heads_view<const T>& g,
@@ -968,8 +964,10 @@ class rope_theta_backward {
               prefetch_row<2>(xh.row(r + theta_prefetch_rows), d_);
               prefetch_row<2>(gh.row(r + theta_prefetch_rows), d_);
             }
-            if (interleaved_) interleaved_row(table + j * 2 * half_, static_cast<double>(pos[r]), xh.row(r), gh.row(r), yh.row(r), grad);
-            else one_row(table + j * 2 * half_, static_cast<double>(pos[r]), xh.row(r), gh.row(r), yh.row(r), row, grad, stream);
+            const T* tr = table + j * 2 * half_;
+            const auto s = static_cast<double>(pos[r]);
+            if (interleaved_) interleaved_row(tr, s, xh.row(r), gh.row(r), yh.row(r), grad);
+            else one_row(tr, s, xh.row(r), gh.row(r), yh.row(r), row, grad, stream);
           }
         }
     }
@@ -1113,7 +1111,7 @@ bool fused_theta_backward(const E& base, simd_workspace& ws, const heads_view<co
                           const heads_view<typename E::scalar>& dx, encoder_gradient* grad) {
   using T = typename E::scalar;
   if constexpr (std::is_same_v<typename E::lambda_type, lambda::rotation<T>>) {
-    if (grad == nullptr || !rope_theta_backward<A, T>::covers(base.lambda())) return false;
+    if (grad == nullptr) return false;
     rope_theta_backward<A, T>(base.lambda(), base.dim(), ws).side(x, pos, g, dx, grad->lambda.data());
     return true;
   } else {
