@@ -877,43 +877,9 @@ L transposed(const L& l) {
   }
 }
 
-/// Rows ahead that `add_theta_gradient` prefetches: it reads x and dx after the whole dx pass
-/// (which then streams large outputs), two row streams per head that the hardware prefetchers
-/// alone left waiting (bench/results/issue38-backward.md).
+/// Rows ahead that `rope_theta_backward` prefetches: its x and g rows are two row streams per
+/// head that the hardware prefetchers alone left waiting (bench/results/issue38-backward.md).
 inline constexpr index_t theta_prefetch_rows = 48;
-
-/// Adds θ's gradient of rows [r0, r1) of one head from x and dx (nothing for a Λ without parameters).
-/// For a rotation: `rotation::accumulate_gradient(s, x, dx, ·)`'s sum over the pairs written as
-/// two contiguous (split-half) or stride-2 (interleaved) loops, which the compiler vectorises.
-template <class E>
-void add_theta_gradient(const E& enc, const matrix_view<const typename E::scalar>& x, const positions& pos,
-                        const matrix_view<typename E::scalar>& dx, index_t r0, index_t r1, encoder_gradient* grad) {
-  using T = typename E::scalar;
-  if constexpr (std::is_same_v<typename E::lambda_type, lambda::rotation<T>>) {
-    if (grad == nullptr) return;
-    const index_t half = enc.lambda().rotated_dim() / 2;
-    const bool interleaved = enc.lambda().pair_mode() == pairing::interleaved;
-    double* __restrict g = grad->lambda.data();
-    for (index_t i = r0; i < r1; ++i) {
-      if (i + theta_prefetch_rows < r1) {
-        prefetch_row<2>(x.row(i + theta_prefetch_rows), x.cols);
-        prefetch_row<2>(dx.row(i + theta_prefetch_rows), dx.cols);
-      }
-      const auto s = static_cast<double>(pos[i]);
-      const T* __restrict a = x.row(i);
-      const T* __restrict b = dx.row(i);
-      if (interleaved) {
-        for (index_t k = 0; k < half; ++k)
-          g[k] += s * (static_cast<double>(a[2 * k]) * b[2 * k + 1] - static_cast<double>(a[2 * k + 1]) * b[2 * k]);
-      } else {
-        for (index_t k = 0; k < half; ++k)
-          g[k] += s * (static_cast<double>(a[k]) * b[k + half] - static_cast<double>(a[k + half]) * b[k]);
-      }
-    }
-  } else {
-    (void)enc, (void)x, (void)pos, (void)dx, (void)r0, (void)r1, (void)grad;  // no parameters
-  }
-}
 
 /**
  * RoPE (P = I) with θ's gradient: dx = Λ⁽ˢ⁾ᵀg and dL/dθ in one pass over
@@ -921,8 +887,7 @@ void add_theta_gradient(const E& enc, const matrix_view<const typename E::scalar
  * once, dx written once (non-temporal for large outputs), and θ's sum reads dx's row from an
  * L1 copy. dx is formed as `l_kernel<rotation>::rotate_split` forms the transposed encoder's
  * rows (cos and sin of −sθ from `cos_sin_rows`, a·c − b·s and b·c + a·s; interleaved pairs by
- * stride-2 loops, stored as they are), and dθ as
- * `add_theta_gradient`. Positions go by runs of `cos_sin_rows::run` (one table for every
+ * stride-2 loops, stored as they are), and dθ_k = s·(x_i·dx_j − x_j·dx_i) summed in double. Positions go by runs of `cos_sin_rows::run` (one table for every
  * head); the tables and the row copy live in the workspace's encode slots.
  */
 template <class A, class T>
@@ -1144,8 +1109,7 @@ void encode_backward(const B& b, const E& enc, matrix_view<const typename E::sca
                        base, *backend::simd_detail::resolve(b).ws, one_head(x), pos, one_head(d_out), one_head(dx), grad))
         return;
       const simd_encoder<base_t, typename B::arch_type> se(base_t(base.p(), backend::simd_detail::transposed(base.lambda())));
-      se.encode(d_out, pos, dx);
-      if (theta) backend::simd_detail::add_theta_gradient(base, x, pos, dx, 0, x.rows, grad);
+      se.encode(d_out, pos, dx);  // (θ's gradient: only a rotation has one, taken above)
       return;
     }
   }
@@ -1189,15 +1153,7 @@ void encode_qk_backward(const B& b, const E& enc, heads_view<const typename E::s
         }
       }
       const simd_encoder<base_t, typename B::arch_type> se(base_t(base.p(), backend::simd_detail::transposed(base.lambda())));
-      se.encode_qk(d_q_out, q_pos, d_k_out, k_pos, dq, dk);
-      if (theta) {
-        for (index_t bi = 0; bi < q.batch; ++bi)
-          for (index_t h = 0; h < q.heads; ++h)
-            backend::simd_detail::add_theta_gradient(base, q.head(bi, h), q_pos, dq.head(bi, h), 0, q.seq, grad);
-        for (index_t bi = 0; bi < k.batch; ++bi)
-          for (index_t h = 0; h < k.heads; ++h)
-            backend::simd_detail::add_theta_gradient(base, k.head(bi, h), k_pos, dk.head(bi, h), 0, k.seq, grad);
-      }
+      se.encode_qk(d_q_out, q_pos, d_k_out, k_pos, dq, dk);  // (θ's gradient: taken above)
       return;
     }
   }
