@@ -16,6 +16,7 @@
 //   --benchmark_report_aggregates_only=true --benchmark_counters_tabular=true
 #include <lrpe/lrpe.hpp>
 #include <lrpe/backend/simd/encode.hpp>
+#include <lrpe/backend/simd/encode_storage.hpp>
 
 #include "dispatch/simd_encode_dispatch.hpp"
 
@@ -241,6 +242,34 @@ void rope_split_half_storage(benchmark::State& state) {
     benchmark::ClobberMemory();
   });
 }
+/// Q and K (8 heads each, BSNH or BNSH) stored as S, RoPE (split-half) through `lrpe::encode_qk` on
+/// the SIMD tag into new tensors of S: the shape of an engine's 16-bit Q and K before attention
+/// (one table per block of positions, shared by the heads and by Q and K). Float: the same call.
+template <class S>
+void rope_split_half_qk_storage(benchmark::State& state, layout lay) {
+  const auto n = static_cast<lrpe::index_t>(state.range(0));
+  lrpe::row_matrix<S> q(heads * n, dim), k(heads * n, dim), qo(heads * n, dim), ko(heads * n, dim);
+  lrpe::generator g(6);
+  for (auto* x : {&q, &k})
+    for (lrpe::index_t i = 0; i < x->size(); ++i) x->data()[i] = static_cast<S>(static_cast<float>(g.normal()));
+  const auto hv = [&](auto* data) {
+    return lay == layout::bnsh ? lrpe::bnsh(data, 1, heads, n, dim) : lrpe::bsnh(data, 1, n, heads, dim);
+  };
+  const lrpe::rope_neox<float> rope(dim);
+  const double bytes = 4.0 * static_cast<double>(q.size()) * sizeof(S);
+  timed(state, bytes, bytes >= double(16u << 20) ? g_stream_bw : g_l3_bw, [&] {
+    lrpe::encode_qk(simd{}, rope, hv(static_cast<const S*>(q.data())), 0, hv(static_cast<const S*>(k.data())), 0,
+                    hv(qo.data()), hv(ko.data()));
+    benchmark::ClobberMemory();
+  });
+}
+void rope_split_half_qk_bfloat16(benchmark::State& s) { rope_split_half_qk_storage<lrpe::bfloat16>(s, layout::bnsh); }
+void rope_split_half_qk_half(benchmark::State& s) { rope_split_half_qk_storage<lrpe::half>(s, layout::bnsh); }
+void rope_split_half_qk_bfloat16_bsnh(benchmark::State& s) {
+  rope_split_half_qk_storage<lrpe::bfloat16>(s, layout::bsnh);
+}
+void rope_split_half_qk_float_bsnh(benchmark::State& s) { rope_split_half_qk_storage<float>(s, layout::bsnh); }
+
 void rope_split_half_float_rows(benchmark::State& s) { rope_split_half_storage<float>(s); }
 void rope_split_half_bfloat16_rows(benchmark::State& s) { rope_split_half_storage<lrpe::bfloat16>(s); }
 void rope_split_half_half_rows(benchmark::State& s) { rope_split_half_storage<lrpe::half>(s); }
@@ -285,5 +314,9 @@ LRPE_QK_WIDE(reference_type8_d256);
 LRPE_QK(rope_split_half_float_rows);
 LRPE_QK(rope_split_half_bfloat16_rows);
 LRPE_QK(rope_split_half_half_rows);
+LRPE_QK(rope_split_half_qk_bfloat16);
+LRPE_QK(rope_split_half_qk_half);
+LRPE_QK(rope_split_half_qk_bfloat16_bsnh);
+LRPE_QK(rope_split_half_qk_float_bsnh);
 
 BENCHMARK_MAIN();

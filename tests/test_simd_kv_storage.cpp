@@ -623,3 +623,119 @@ TEST_CASE("encode with 16-bit rows (bfloat16, half): the float rows on the widen
     encode_16bit_case<lrpe::half>(lrpe::permuteformer<float>(32), "permuteformer");
   }
 }
+
+namespace {
+
+/// encode_qk of 16-bit Q and K on both tags: every head's rows are the same tag's float
+/// `encode_qk` on the (exactly) widened tensors, rounded once, bit for bit. Batch 2, Q with 5
+/// heads and K with 3 (more matrices than one stage group holds at d = 64), BSNH and BNSH, seq
+/// lengths of several blocks of positions with a tail, positions shared by Q and K or not
+/// (offsets, arrays), in place.
+template <class S, class E>
+void encode_qk_16bit_case(const E& enc, const char* name) {
+  const std::string encoder = name;
+  CAPTURE(encoder);
+  constexpr index_t batch = 2, hq = 5, hk = 3;
+  const index_t d = enc.dim(), f = enc.feature_dim();
+  lrpe::generator g(0x16B1'0C);
+  // the same bits, any NaN equal to any NaN (the float kernels' paths may differ in a NaN's sign)
+  const auto bits = [](S v) {
+    return Eigen::numext::isnan(v) ? std::uint16_t{0x7fff} : Eigen::numext::bit_cast<std::uint16_t>(v);
+  };
+  for (const index_t n : {index_t{1}, index_t{300}}) {
+    std::vector<position_t> shuffled(static_cast<std::size_t>(n));
+    for (index_t i = 0; i < n; ++i) shuffled[static_cast<std::size_t>(i)] = 5 * i - 900;
+    for (std::size_t i = shuffled.size(); i > 1; --i) std::swap(shuffled[i - 1], shuffled[g.next() % i]);
+    rm<S> q(batch * hq * n, d), k(batch * hk * n, d);
+    for (auto* x : {&q, &k})
+      for (index_t i = 0; i < x->size(); ++i) x->data()[i] = static_cast<S>(static_cast<float>(g.normal()));
+    q(n / 2, 1) = static_cast<S>(std::numeric_limits<float>::quiet_NaN());  // stays in its own row
+    const rm<float> qf = widened(q), kf = widened(k);
+    for (const bool bsnh : {false, true}) {
+      const auto hv = [&](auto* p, index_t heads, index_t w) {
+        return bsnh ? lrpe::bsnh(p, batch, n, heads, w) : lrpe::bnsh(p, batch, heads, n, w);
+      };
+      const lrpe::positions q_offsets[] = {lrpe::positions(7), lrpe::positions(100), lrpe::positions(std::span<const position_t>(shuffled))};
+      for (const lrpe::positions& q_pos : q_offsets) {
+        const lrpe::positions k_pos(7);
+        CAPTURE(n);
+        CAPTURE(bsnh);
+        CAPTURE(q_pos.is_array());
+        const auto run = [&](auto backend) {
+          rm<S> qo(q.rows(), f), ko(k.rows(), f);
+          rm<float> qof(q.rows(), f), kof(k.rows(), f);
+          lrpe::encode_qk(backend, enc, hv(static_cast<const S*>(q.data()), hq, d), q_pos,
+                          hv(static_cast<const S*>(k.data()), hk, d), k_pos, hv(qo.data(), hq, f), hv(ko.data(), hk, f));
+          lrpe::encode_qk(backend, enc, hv(qf.data(), hq, d), q_pos, hv(kf.data(), hk, d), k_pos, hv(qof.data(), hq, f),
+                          hv(kof.data(), hk, f));
+          const rm<S> want_q = qof.template cast<S>(), want_k = kof.template cast<S>();
+          std::size_t differ = 0;
+          for (index_t i = 0; i < qo.size(); ++i) differ += bits(qo.data()[i]) != bits(want_q.data()[i]) ? 1 : 0;
+          for (index_t i = 0; i < ko.size(); ++i) differ += bits(ko.data()[i]) != bits(want_k.data()[i]) ? 1 : 0;
+          CHECK(differ == 0);
+          if (f == d) {  // in place
+            rm<S> qi = q, ki = k;
+            lrpe::encode_qk(backend, enc, hv(static_cast<const S*>(qi.data()), hq, d), q_pos,
+                            hv(static_cast<const S*>(ki.data()), hk, d), k_pos, hv(qi.data(), hq, d), hv(ki.data(), hk, d));
+            std::size_t moved = 0;
+            for (index_t i = 0; i < qi.size(); ++i) moved += bits(qi.data()[i]) != bits(qo.data()[i]) ? 1 : 0;
+            for (index_t i = 0; i < ki.size(); ++i) moved += bits(ki.data()[i]) != bits(ko.data()[i]) ? 1 : 0;
+            CHECK(moved == 0);
+          }
+        };
+        run(lrpe::backend::reference{});
+        run(lrpe::backend::simd<>{});
+      }
+    }
+  }
+}
+
+/// encode_qk's errors with 16-bit tensors name the argument, on both tags.
+template <class S>
+void encode_qk_16bit_errors() {
+  const lrpe::rope_neox<float> enc(16);
+  constexpr index_t n = 10;
+  rm<S> q(2 * n, 16), k(2 * n, 16), out(2 * n, 16), wide(2 * n, 32);
+  const auto cq = lrpe::bnsh(static_cast<const S*>(q.data()), 1, 2, n, 16);
+  const auto ck = lrpe::bnsh(static_cast<const S*>(k.data()), 1, 2, n, 16);
+  const auto o = lrpe::bnsh(out.data(), 1, 2, n, 16);
+  const std::vector<position_t> short_positions(n - 1, 0);
+  const auto expect = [&](auto backend) {
+    const auto message = [&](auto&& call) {
+      try {
+        call();
+      } catch (const lrpe::shape_error& e) {
+        return std::string(e.what());
+      }
+      return std::string("no error");
+    };
+    CHECK(message([&] { lrpe::encode_qk(backend, enc, cq, 0, ck, 0, lrpe::bnsh(out.data(), 1, 1, n, 16), o); })
+              .find("q_out") != std::string::npos);
+    CHECK(message([&] { lrpe::encode_qk(backend, enc, cq, 0, ck, 0, o, lrpe::bnsh(wide.data(), 1, 2, n, 32)); })
+              .find("k_out") != std::string::npos);
+    CHECK(message([&] { lrpe::encode_qk(backend, enc, lrpe::bnsh(static_cast<const S*>(wide.data()), 1, 2, n, 32), 0, ck, 0, o, o); })
+              .find("q") != std::string::npos);
+    CHECK(message([&] {
+            lrpe::encode_qk(backend, enc, cq, 0, ck, lrpe::positions(std::span<const position_t>(short_positions)), o, o);
+          }).find("k_pos") != std::string::npos);
+  };
+  expect(lrpe::backend::reference{});
+  expect(lrpe::backend::simd<>{});
+}
+
+}  // namespace
+
+TEST_CASE("encode_qk with 16-bit Q and K (bfloat16, half): the float encode_qk's rows on the widened input, rounded once") {
+  SUBCASE("bfloat16") {
+    encode_qk_16bit_case<lrpe::bfloat16>(lrpe::rope_neox<float>(64), "rope_neox");
+    encode_qk_16bit_case<lrpe::bfloat16>(lrpe::rope_gptj<float>(48), "rope_gptj");
+    encode_qk_16bit_case<lrpe::bfloat16>(lrpe::type1<float>(32), "type1");
+    encode_qk_16bit_case<lrpe::bfloat16>(lrpe::type8<float>(16), "type8 (complex: 2d features)");
+    encode_qk_16bit_errors<lrpe::bfloat16>();
+  }
+  SUBCASE("half") {
+    encode_qk_16bit_case<lrpe::half>(lrpe::rope_neox<float>(128), "rope_neox d = 128");
+    encode_qk_16bit_case<lrpe::half>(lrpe::permuteformer<float>(32), "permuteformer");
+    encode_qk_16bit_errors<lrpe::half>();
+  }
+}

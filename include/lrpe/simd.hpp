@@ -19,6 +19,7 @@
 #include <lrpe/backend/simd/xsimd_compat.hpp>
 #include <lrpe/backend/simd/sincos.hpp>
 #include <lrpe/backend/simd/encode.hpp>
+#include <lrpe/backend/simd/encode_storage.hpp>
 #include <lrpe/backend/simd/workspace.hpp>
 #include <lrpe/backend/simd/parallel.hpp>
 #include <lrpe/backend/simd/softmax.hpp>

@@ -28,35 +28,16 @@ void encode(backend::reference, const E& enc, matrix_view<const typename E::scal
   enc.encode(x, pos, out);
 }
 
-/// Rows a 16-bit `encode` widens and encodes at a time: a multiple of the SIMD encoder's runs of
-/// 64 positions (its float rows then do not depend on the blocking), and two float blocks of
-/// d = 128 take 4 MiB, within a last-level cache.
+/// Rows the reference backend's 16-bit `encode` widens and encodes at a time (two float blocks
+/// of d = 128 take 4 MiB, within a last-level cache).
 inline constexpr index_t storage_block_rows = 4096;
 
 namespace detail {
 
-/// Widens count stored values into floats (exact), and rounds floats into storage (once): the
-/// portable conversions of `encode_storage`, one value at a time; backends pass vectorised ones.
-struct scalar_conversions {
-  template <half_precision S>
-  void widen_row(const S* p, float* x, index_t count) const noexcept {
-    for (index_t i = 0; i < count; ++i) x[i] = widen(p[i]);
-  }
-  template <half_precision S>
-  void narrow_row(const float* x, S* p, index_t count) const noexcept {
-    for (index_t i = 0; i < count; ++i) p[i] = narrow<S>(x[i]);
-  }
-};
-
-/**
- * `encode` of rows stored in 16 bits (S: `lrpe::half`, `lrpe::bfloat16`) by a float encoder:
- * blocks of `storage_block_rows` rows are widened (exactly) into float, encoded by
- * `encode_block(x_block, positions_block, out_block)`, and rounded once into `out` (by
- * `convert`'s `widen_row` and `narrow_row`). out may be x.
- */
-template <half_precision S, class EncodeBlock, class Conversions = scalar_conversions>
-void encode_storage(matrix_view<const S> x, positions pos, matrix_view<S> out, index_t dim, index_t feature_dim,
-                    const EncodeBlock& encode_block, const Conversions& convert = {}) {
+/// The arguments of a 16-bit `encode` (every backend's).
+template <half_precision S>
+void check_encode_storage(const matrix_view<const S>& x, const positions& pos, const matrix_view<S>& out, index_t dim,
+                          index_t feature_dim) {
   constexpr const char* where = "lrpe::encode (16-bit storage)";
   validate(x, where, "x");
   validate(out, where, "out");
@@ -64,14 +45,48 @@ void encode_storage(matrix_view<const S> x, positions pos, matrix_view<S> out, i
   require_equal(out.cols, feature_dim, where, "out.cols", "encoding.feature_dim()");
   require_equal(out.rows, x.rows, where, "out.rows", "x.rows");
   pos.require_rows(x.rows, where, "pos");
+}
+
+/// The arguments of `encode_qk` (every backend's): q, k and their outputs against each other
+/// and the encoder, the positions against the sequence lengths.
+template <class E, class S>
+void check_encode_qk(const E& enc, const heads_view<const S>& q, const positions& q_pos, const heads_view<const S>& k,
+                     const positions& k_pos, const heads_view<S>& q_out, const heads_view<S>& k_out, const char* where) {
+  const auto pair = [&](const heads_view<const S>& x, const heads_view<S>& out, const char* xn, const char* on) {
+    validate_heads(x, where, xn);
+    validate_heads(out, where, on);
+    require_shape(out.batch == x.batch && out.heads == x.heads && out.seq == x.seq, where, on,
+                  lazy_concat("must have ", xn, "'s batch, heads and seq"),
+                  lazy_concat(out.batch, "x", out.heads, "x", out.seq));
+    require_shape(x.dim == enc.dim(), where, xn, lazy_concat("must have dim() = ", enc.dim(), " columns"), x.dim);
+    require_shape(out.dim == enc.feature_dim(), where, on,
+                  lazy_concat("must have feature_dim() = ", enc.feature_dim(), " columns"), out.dim);
+  };
+  pair(q, q_out, "q", "q_out");
+  pair(k, k_out, "k", "k_out");
+  q_pos.require_rows(q.seq, where, "q_pos");
+  k_pos.require_rows(k.seq, where, "k_pos");
+}
+
+/**
+ * `encode` of rows stored in 16 bits (S: `lrpe::half`, `lrpe::bfloat16`) by a float encoder:
+ * blocks of `storage_block_rows` rows are widened (exactly) into float, encoded by
+ * `encode_block(x_block, positions_block, out_block)`, and rounded once into `out`. out may be x.
+ */
+template <half_precision S, class EncodeBlock>
+void encode_storage(matrix_view<const S> x, positions pos, matrix_view<S> out, index_t dim, index_t feature_dim,
+                    const EncodeBlock& encode_block) {
+  check_encode_storage(x, pos, out, dim, feature_dim);
   const index_t block = std::min(storage_block_rows, x.rows);
   row_matrix<float> in(block, dim), encoded(block, feature_dim);
   for (index_t r0 = 0; r0 < x.rows; r0 += block) {
     const index_t m = std::min(block, x.rows - r0);
-    for (index_t i = 0; i < m; ++i) convert.widen_row(x.row(r0 + i), in.row(i).data(), dim);
+    for (index_t i = 0; i < m; ++i)
+      for (index_t c = 0; c < dim; ++c) in(i, c) = widen(x(r0 + i, c));
     encode_block(matrix_view<const float>(in.data(), m, dim, dim), pos.slice(r0, m),
                  matrix_view<float>(encoded.data(), m, feature_dim, feature_dim));
-    for (index_t i = 0; i < m; ++i) convert.narrow_row(encoded.row(i).data(), out.row(r0 + i), feature_dim);
+    for (index_t i = 0; i < m; ++i)
+      for (index_t c = 0; c < feature_dim; ++c) out(r0 + i, c) = narrow<S>(encoded(i, c));
   }
 }
 
@@ -84,6 +99,19 @@ template <lrpe_encoder E, half_precision S>
 void encode(backend::reference, const E& enc, matrix_view<const S> x, positions pos, matrix_view<S> out) {
   detail::encode_storage(x, pos, out, enc.dim(), enc.feature_dim(),
                          [&](const auto& xb, const positions& pb, const auto& ob) { enc.encode(xb, pb, ob); });
+}
+
+/// Q and K of every (batch, head) stored in 16 bits (`lrpe::half`, `lrpe::bfloat16`) by a float
+/// encoder, on the reference backend: each head as the 16-bit `encode`. q_out may be q, k_out k.
+template <lrpe_encoder E, half_precision S>
+  requires std::same_as<typename E::scalar, float>
+void encode_qk(backend::reference, const E& enc, heads_view<const S> q, positions q_pos, heads_view<const S> k,
+               positions k_pos, heads_view<S> q_out, heads_view<S> k_out) {
+  detail::check_encode_qk(enc, q, q_pos, k, k_pos, q_out, k_out, "lrpe::encode_qk (16-bit storage)");
+  for (index_t b = 0; b < q.batch; ++b)
+    for (index_t h = 0; h < q.heads; ++h) encode(backend::reference{}, enc, q.head(b, h), q_pos, q_out.head(b, h));
+  for (index_t b = 0; b < k.batch; ++b)
+    for (index_t h = 0; h < k.heads; ++h) encode(backend::reference{}, enc, k.head(b, h), k_pos, k_out.head(b, h));
 }
 
 /// Q and K of every (batch, head) on the reference backend: `enc.encode` per head.

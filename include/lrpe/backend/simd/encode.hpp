@@ -204,32 +204,61 @@ class simd_encoder {
     detail::require_heads_extents(q_out, where, "q_out");
     detail::require_heads_extents(k, where, "k");
     detail::require_heads_extents(k_out, where, "k_out");
-    using J = backend::simd_detail::job<scalar>;
     const index_t nq = q.batch * q.heads, nk = k.batch * k.heads;
     const bool shared = nq > 0 && nk > 0 && q.seq == k.seq && backend::simd_detail::same_positions(q_pos, k_pos, q.seq);
-    // Job lists on the stack for up to 64 (batch × head) matrices of each; beyond, on the heap.
-    constexpr index_t stack_jobs = 128;
-    J stack[stack_jobs];
-    std::vector<J> heap;
-    J* jobs = stack;
-    if (nq + nk > stack_jobs) {
-      heap.resize(static_cast<std::size_t>(nq + nk));
-      jobs = heap.data();
-    }
-    index_t n = 0;
-    for (index_t bb = 0; bb < q.batch; ++bb)
-      for (index_t h = 0; h < q.heads; ++h) jobs[n++] = J{q.head(bb, h), q_out.head(bb, h)};
-    for (index_t bb = 0; bb < k.batch; ++bb)
-      for (index_t h = 0; h < k.heads; ++h) jobs[n++] = J{k.head(bb, h), k_out.head(bb, h)};
+    job_list jobs(nq + nk);
+    jobs.add(q, q_out);
+    jobs.add(k, k_out);
     if (shared) {
-      run(jobs, nq + nk, q.seq, q_pos);
+      run(jobs.data(), nq + nk, q.seq, q_pos);
     } else {
-      run(jobs, nq, q.seq, q_pos);
-      run(jobs + nq, nk, k.seq, k_pos);
+      run(jobs.data(), nq, q.seq, q_pos);
+      run(jobs.data() + nq, nk, k.seq, k_pos);
     }
   }
 
+  /**
+   * Every (batch, head) matrix of x encoded at `pos` into out: `encode_qk` for one tensor (K
+   * alone, or a tensor that holds Q and K as heads of its own). One table per block of
+   * positions, shared by all heads.
+   * @throws shape_error on mismatched sizes.
+   */
+  void encode_heads(heads_view<const scalar> x, positions pos, heads_view<scalar> out) const {
+    constexpr const char* where = "lrpe::simd_encoder::encode_heads";
+    check_heads(x, out, pos, where, "x", "out", "pos");
+    detail::require_heads_extents(x, where, "x");
+    detail::require_heads_extents(out, where, "out");
+    const index_t n = x.batch * x.heads;
+    job_list jobs(n);
+    jobs.add(x, out);
+    run(jobs.data(), n, x.seq, pos);
+  }
+
  private:
+  /// The (batch, head) matrices of a call as jobs: on the stack for up to 128, beyond on the heap.
+  class job_list {
+   public:
+    explicit job_list(index_t count) {
+      if (count > stack_jobs) {
+        heap_.resize(static_cast<std::size_t>(count));
+        jobs_ = heap_.data();
+      }
+    }
+    /// Appends every (batch, head) of x → out (shapes and extents checked by the caller).
+    void add(const heads_view<const scalar>& x, const heads_view<scalar>& out) {
+      for (index_t b = 0; b < x.batch; ++b)
+        for (index_t h = 0; h < x.heads; ++h) jobs_[n_++] = {x.head(b, h), out.head(b, h)};
+    }
+    [[nodiscard]] const backend::simd_detail::job<scalar>* data() const noexcept { return jobs_; }
+
+   private:
+    static constexpr index_t stack_jobs = 128;
+    backend::simd_detail::job<scalar> stack_[stack_jobs];
+    std::vector<backend::simd_detail::job<scalar>> heap_;
+    backend::simd_detail::job<scalar>* jobs_ = stack_;
+    index_t n_ = 0;
+  };
+
   using pk_type = backend::simd_detail::p_kernel<Arch, p_type>;
   using lk_type = backend::simd_detail::l_kernel<Arch, lambda_type>;
   using dft_kernel = backend::simd_detail::dft_phase_kernel<Arch, scalar>;
@@ -1030,36 +1059,6 @@ void encode(const B&, const E& enc, matrix_view<const typename E::scalar> x, pos
             matrix_view<typename E::scalar> out) {
   const auto& base = backend::simd_detail::kernel_encoding(enc);
   simd_encoder<std::remove_cvref_t<decltype(base)>, typename B::arch_type>(base).encode(x, pos, out);
-}
-
-namespace backend::simd_detail {
-/// `encode_storage`'s conversions by vectors of arch A (isa/ hooks; one by one where there are none).
-template <class A>
-struct vector_conversions {
-  template <half_precision S>
-  void widen_row(const S* p, float* x, index_t count) const noexcept {
-    simd_detail::widen_row<A>(p, x, count);
-  }
-  template <half_precision S>
-  void narrow_row(const float* x, S* p, index_t count) const noexcept {
-    simd_detail::narrow_row<A>(x, p, count);
-  }
-};
-}  // namespace backend::simd_detail
-
-/// SIMD encode of rows stored in 16 bits (`lrpe::half`, `lrpe::bfloat16`) by a float encoder:
-/// one kernel set-up, then blocks widened, encoded and rounded once (`detail::encode_storage`),
-/// the conversions by vectors.
-template <backend::simd_backend B, lrpe_encoder E, half_precision S>
-  requires std::same_as<typename E::scalar, float>
-void encode(const B&, const E& enc, matrix_view<const S> x, positions pos, matrix_view<S> out) {
-  using A = typename B::arch_type;
-  const auto& base = backend::simd_detail::kernel_encoding(enc);
-  const simd_encoder<std::remove_cvref_t<decltype(base)>, A> kernel(base);
-  detail::encode_storage(
-      x, pos, out, enc.dim(), enc.feature_dim(),
-      [&](const auto& xb, const positions& pb, const auto& ob) { kernel.encode(xb, pb, ob); },
-      backend::simd_detail::vector_conversions<A>{});
 }
 
 namespace backend::simd_detail {

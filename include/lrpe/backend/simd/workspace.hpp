@@ -53,6 +53,7 @@ class simd_workspace {
     grad_tile,   ///< softmax backward: S/P, dP/dS of one tile pair, dK and dV of one key tile (per thread)
     split_parts,  ///< softmax decode split over the keys: each part's outputs and log-sum-exps
     grad_state,   ///< linear backward's sweep: the state's gradient dS and one chunk's tiles
+    encode_stage,  ///< 16-bit encode: one block's rows widened to float, and their features
     slot_count
   };
 

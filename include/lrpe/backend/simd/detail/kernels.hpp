@@ -35,6 +35,7 @@
 #include <lrpe/backend/simd/detail/isa/generic.hpp>
 #include <lrpe/backend/simd/detail/prefetch.hpp>
 #include <lrpe/backend/simd/detail/row_basics.hpp>
+#include <lrpe/backend/simd/detail/stored.hpp>
 #include <lrpe/backend/simd/lambda_kernel.hpp>
 #include <lrpe/backend/simd/sincos.hpp>
 #include <lrpe/backend/simd/xsimd_compat.hpp>
@@ -611,6 +612,27 @@ struct l_kernel<Arch, lambda::rotation<T>> {
     }
   }
 
+  /**
+   * `apply_rows` on rows stored as S (`lrpe::half`, `lrpe::bfloat16`; T = float): each vector
+   * widened as it is loaded and rounded once as it is stored, in one pass. The arithmetic is
+   * the float rows' (the portable loops), so each output is the float call's on the widened
+   * row, rounded. Table rows in natural order (`natural_order()`).
+   */
+  template <half_precision S>
+    requires std::same_as<T, float>
+  void apply_rows_stored(const entry* table, index_t tw, const S* x, index_t xs, S* y, index_t ys,
+                         index_t m) const noexcept {
+    const identity_map<Arch, T> map;
+    const index_t e = 2 * half_;
+    for (index_t r = 0; r < m; ++r) {
+      const S* xr = x + r * xs;
+      S* yr = y + r * ys;
+      if (interleaved_) rotate_interleaved_loop<false>(table + r * tw, xr, yr, map, {}, 0);
+      else rotate_split<false>(table + r * tw, xr, yr, map, {});
+      std::copy(xr + e, xr + d_, yr + e);  // the pass-through features: the same bits
+    }
+  }
+
   /// True when `apply_rows_odd_even` runs for width d: interleaved pairs, d even, AVX-512 float
   /// or AVX2.
   [[nodiscard]] bool folds_odd_even(index_t d) const noexcept {
@@ -654,6 +676,19 @@ struct l_kernel<Arch, lambda::rotation<T>> {
     const index_t e = 2 * half_;
     const T* c = row;
     const T* s = row + half_;
+    index_t i = rotate_interleaved_avx512<Stream, Arch>(Arch{}, c, s, x, y, 0, e, map, st);
+    i = rotate_interleaved_avx2<Stream, Arch>(Arch{}, c, s, x, y, i, e, shape(), map, st);
+    rotate_interleaved_loop<Stream>(row, x, y, map, st, i);
+  }
+
+  /// The portable loop of `rotate_interleaved` from feature i on (natural-order table row), on
+  /// rows stored as X and Y (T, or 16 bits widened on load and rounded on store).
+  template <bool Stream, class Map, class X, class Y>
+  LRPE_ALWAYS_INLINE void rotate_interleaved_loop(const entry* row, const X* x, Y* y, const Map& map,
+                                                  const typename Map::row_state& st, index_t i) const noexcept {
+    const index_t e = 2 * half_;
+    const T* c = row;
+    const T* s = row + half_;
     // y_2k = x_2k c_k − x_2k+1 s_k, y_2k+1 = x_2k+1 c_k + x_2k s_k: the pair swap and the
     // duplication of c_k, s_k are in-register shuffles; the sign is one xor on the even lanes.
     const auto swap = xsimd::make_batch_constant<xsimd::batch<as_unsigned_t, Arch>, swap_pairs_mask>();
@@ -661,42 +696,49 @@ struct l_kernel<Arch, lambda::rotation<T>> {
     const xsimd::batch<as_unsigned_t, Arch> sign_bits =
         xsimd::make_batch_constant<xsimd::batch<as_unsigned_t, Arch>, even_sign_mask>();
     const b neg_even = xsimd::bitwise_cast<b>(sign_bits);
-    index_t i = rotate_interleaved_avx512<Stream, Arch>(Arch{}, c, s, x, y, 0, e, map, st);
-    i = rotate_interleaved_avx2<Stream, Arch>(Arch{}, c, s, x, y, i, e, shape(), map, st);
     for (; i + w <= e; i += w) {  // w is even: a vector never splits a pair
-      const b xv = map.map(st, i, b::load_unaligned(x + i));
+      const b xv = map.map(st, i, load_stored<Arch>(x + i));
       const b xs = xsimd::swizzle(xv, swap);
       const b cv = xsimd::swizzle(b::load_unaligned(c + i / 2), dup);
       const b sv = xsimd::swizzle(b::load_unaligned(s + i / 2), dup);
-      store<Stream>(compat::fma(xv, cv, (xs * sv) ^ neg_even), y + i);
+      const b out = compat::fma(xv, cv, (xs * sv) ^ neg_even);
+      if constexpr (std::is_same_v<Y, T>) store<Stream>(out, y + i);
+      else store_stored<Arch>(y + i, out);
     }
     for (; i < e; i += 2) {
-      const T a = map.map1(st, i, x[i]), bb = map.map1(st, i + 1, x[i + 1]), ck = c[i / 2], sk = s[i / 2];
-      y[i] = lrpe::detail::mul_add(a, ck, -(bb * sk));
-      y[i + 1] = lrpe::detail::mul_add(bb, ck, a * sk);
+      const T a = map.map1(st, i, widen(x[i])), bb = map.map1(st, i + 1, widen(x[i + 1])), ck = c[i / 2], sk = s[i / 2];
+      y[i] = narrow<Y>(lrpe::detail::mul_add(a, ck, -(bb * sk)));
+      y[i + 1] = narrow<Y>(lrpe::detail::mul_add(bb, ck, a * sk));
     }
   }
 
-  template <bool Stream, class Map>
-  LRPE_ALWAYS_INLINE void rotate_split(const entry* row, const T* x, T* y, const Map& map,
+  /// Split-half rotation of one row stored as X into Y (T, or 16 bits widened on load and
+  /// rounded on store).
+  template <bool Stream, class Map, class X, class Y>
+  LRPE_ALWAYS_INLINE void rotate_split(const entry* row, const X* x, Y* y, const Map& map,
                                        const typename Map::row_state& st) const noexcept {
     const T* c = row;
     const T* s = row + half_;
-    const T* xa = x;
-    const T* xb = x + half_;
-    T* ya = y;
-    T* yb = y + half_;
+    const X* xa = x;
+    const X* xb = x + half_;
+    Y* ya = y;
+    Y* yb = y + half_;
     index_t k = 0;
     for (; k + w <= half_; k += w) {
-      const b a = map.map(st, k, b::load_unaligned(xa + k)), bb = map.map(st, half_ + k, b::load_unaligned(xb + k));
+      const b a = map.map(st, k, load_stored<Arch>(xa + k)), bb = map.map(st, half_ + k, load_stored<Arch>(xb + k));
       const b cv = b::load_unaligned(c + k), sv = b::load_unaligned(s + k);
-      store<Stream>(compat::fms(a, cv, bb * sv), ya + k);
-      store<Stream>(compat::fma(bb, cv, a * sv), yb + k);
+      if constexpr (std::is_same_v<Y, T>) {
+        store<Stream>(compat::fms(a, cv, bb * sv), ya + k);
+        store<Stream>(compat::fma(bb, cv, a * sv), yb + k);
+      } else {
+        store_stored<Arch>(ya + k, compat::fms(a, cv, bb * sv));
+        store_stored<Arch>(yb + k, compat::fma(bb, cv, a * sv));
+      }
     }
     for (; k < half_; ++k) {
-      const T a = map.map1(st, k, xa[k]), bb = map.map1(st, half_ + k, xb[k]);
-      ya[k] = lrpe::detail::mul_add(a, c[k], -(bb * s[k]));
-      yb[k] = lrpe::detail::mul_add(bb, c[k], a * s[k]);
+      const T a = map.map1(st, k, widen(xa[k])), bb = map.map1(st, half_ + k, widen(xb[k]));
+      ya[k] = narrow<Y>(lrpe::detail::mul_add(a, c[k], -(bb * s[k])));
+      yb[k] = narrow<Y>(lrpe::detail::mul_add(bb, c[k], a * s[k]));
     }
   }
 

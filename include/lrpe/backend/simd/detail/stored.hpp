@@ -38,6 +38,21 @@ LRPE_ALWAYS_INLINE xsimd::batch<compute_t<S>, A> load_stored(const S* p) noexcep
   }
 }
 
+/// One vector of compute_t<S> stored into p[0, W) as S, unaligned: as it is for float and
+/// double, rounded once (to nearest even) for 16-bit S.
+template <class A, class S>
+LRPE_ALWAYS_INLINE void store_stored(S* p, const xsimd::batch<compute_t<S>, A>& v) noexcept {
+  using B = xsimd::batch<compute_t<S>, A>;
+  if constexpr (!half_precision<S>) {
+    v.store_unaligned(p);
+  } else {
+    if (store_narrowed_isa(A{}, p, v)) return;
+    alignas(B) float buf[B::size];
+    v.store_aligned(buf);
+    for (std::size_t i = 0; i < B::size; ++i) p[i] = narrow<S>(buf[i]);
+  }
+}
+
 /// count floats of x into S (16 bits) at p, rounded once: by vectors where the ISA has the
 /// rounding (`store_narrowed_isa`), else, and for the tail, one by one.
 template <class A, half_precision S>
