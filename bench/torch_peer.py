@@ -9,7 +9,9 @@ n in {512, 2048, 4096, 8192}, 1 and 2 threads) in PyTorch on the CPU.
   (`softmax_backward`, `softmax_causal_backward`: the peer of the C++ `softmax_backward`);
 - causal linear attention backward (1 thread, n in {2048, 8192}): autograd through the chunked
   formula, minus its forward (`linear_causal_backward`, the peer of the C++ `linear_backward`);
-- RoPE: HF-style rotate_half with cached cos/sin, applied to Q and K;
+- RoPE: HF-style rotate_half with cached cos/sin, applied to Q and K; and on bf16 and fp16 Q
+  and K with the cache in that type, as HF's rotary does (`rope_qk_bf16`, `rope_qk_fp16`: the
+  peers of the C++ `rope_split_half_qk_bfloat16` and `_half`);
 - linear attention: non-causal (K^T V then Q S) and chunked causal (chunk 64: intra-chunk
   masked QK^T V plus the inter-chunk state), identity feature map, no normalisation — the same
   computation as the C++ `linear_simd` benchmark; and at n = 4096, 1 thread, end to end with
@@ -24,6 +26,7 @@ under build/ (e.g. `python3 -m venv build/venv && build/venv/bin/pip install tor
 Prints the torch version and writes JSON (one record per case, median of `--reps` timings).
 
 Usage: build/venv/bin/python bench/torch_peer.py [--out build/torch_peer.json] [--reps 5]
+       [--sizes 512,8192] [--kernels rope_qk,rope_qk_bf16]  (only these cases; default: all)
 """
 import argparse
 import json
@@ -135,7 +138,10 @@ def main():
     ap.add_argument("--out", default="build/torch_peer.json")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--sizes", default="512,2048,4096,8192")
+    ap.add_argument("--kernels", default="", help="comma-separated case names to run (default: all)")
     args = ap.parse_args()
+    only = set(filter(None, args.kernels.split(",")))
+    wanted = lambda name: not only or name in only
     print(f"torch {torch.__version__} (SDPA: {hasattr(F, 'scaled_dot_product_attention')}, "
           f"cpu capability: {torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, 'cpu') else '?'})")
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -146,21 +152,27 @@ def main():
         for n in sizes:
             q, k, v = (torch.randn(1, H, n, D) for _ in range(3))
             cos, sin = rope_cache(n, D)
+            qb, kb, cos_b, sin_b = (x.to(torch.bfloat16) for x in (q, k, cos, sin))
+            qh, kh, cos_h, sin_h = (x.to(torch.float16) for x in (q, k, cos, sin))
             cases = {
                 "softmax": lambda: softmax_attention(q, k, v, False),
                 "softmax_causal": lambda: softmax_attention(q, k, v, True),
                 "rope_qk": lambda: rope(q, k, cos, sin),
+                "rope_qk_bf16": lambda: rope(qb, kb, cos_b, sin_b),
+                "rope_qk_fp16": lambda: rope(qh, kh, cos_h, sin_h),
                 "linear": lambda: linear_noncausal(q, k, v),
                 "linear_causal": lambda: linear_causal_chunked(q, k, v),
             }
             if n == 4096 and threads == 1:
                 cases["linear_causal_rope"] = lambda: linear_causal_rope(q, k, v, cos, sin)
             for name, fn in cases.items():
+                if not wanted(name):
+                    continue
                 with torch.no_grad():
                     t = timed(fn, args.reps if n <= 4096 else max(1, args.reps // 2))
                 records.append({"kernel": name, "n": n, "threads": threads, "seconds": t})
                 print(f"{name:16s} n={n:5d} threads={threads}: {t * 1e3:9.2f} ms", flush=True)
-            if threads == 1 and n <= 4096:
+            if threads == 1 and n <= 4096 and all(map(wanted, ("softmax_backward", "softmax", "softmax_causal"))):
                 # the C++ softmax_backward's peer: SDPA forward + backward, minus the forward above
                 d_out = torch.randn(1, H, n, D)
                 for causal in (False, True):
@@ -171,7 +183,7 @@ def main():
                     records.append({"kernel": name + "_backward", "n": n, "threads": 1, "seconds": t - fwd})
                     print(f"{name + '_backward':16s} n={n:5d} threads=1: {(t - fwd) * 1e3:9.2f} ms "
                           f"(forward + backward {t * 1e3:.2f} ms)", flush=True)
-            if threads == 1 and n in (2048, 8192):
+            if threads == 1 and n in (2048, 8192) and all(map(wanted, ("linear_causal_backward", "linear_causal"))):
                 # the C++ linear_backward's peer: autograd through the chunked formula, minus its forward
                 d_out = torch.randn(1, H, n, D)
                 fwd = next(r["seconds"] for r in records if r["kernel"] == "linear_causal" and r["n"] == n and r["threads"] == 1)
@@ -180,8 +192,10 @@ def main():
                 print(f"{'linear_causal_backward':16s} n={n:5d} threads=1: {(t - fwd) * 1e3:9.2f} ms "
                       f"(forward + backward {t * 1e3:.2f} ms)", flush=True)
     torch.set_num_threads(1)
-    decoders = {"linear_decode_eager": decode_step}
+    decoders = {"linear_decode_eager": decode_step} if wanted("linear_decode_eager") else {}
     try:
+        if not wanted("linear_decode_compiled"):
+            raise RuntimeError("not asked for")
         compiled = torch.compile(decode_step, dynamic=False)
         with torch.no_grad():
             decode_tokens(compiled)()  # compiles here, outside the timing

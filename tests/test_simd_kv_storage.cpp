@@ -739,3 +739,114 @@ TEST_CASE("encode_qk with 16-bit Q and K (bfloat16, half): the float encode_qk's
     encode_qk_16bit_errors<lrpe::half>();
   }
 }
+
+namespace {
+
+/// Linear attention with 16-bit q, k, v (and out): the same backend's float call on the
+/// widened inputs (out: that result rounded once), bit for bit: causal by chunks with a
+/// learned-free decay and normalisation, non-causal, a RoPE encoder with 1+elu features, a
+/// segment call continuing a state, a shard's summary, and the multi-head call (GQA, BSNH)
+/// with states.
+template <class S, class Backend>
+void linear_16bit_case(Backend backend) {
+  constexpr index_t n = 150, d = 32, dv = 24;
+  lrpe::generator g(0x11'16);
+  const auto make = [&](index_t rows, index_t cols) {
+    rm<S> x(rows, cols);
+    for (index_t i = 0; i < x.size(); ++i) x.data()[i] = static_cast<S>(static_cast<float>(g.normal()));
+    return x;
+  };
+  const rm<S> q = make(n, d), k = make(n, d), v = make(n, dv);
+  const rm<float> qf = widened(q), kf = widened(k), vf = widened(v);
+  const auto bits = [](S x) { return Eigen::numext::bit_cast<std::uint16_t>(x); };
+  const auto same_stored = [&](const rm<S>& got, const rm<float>& want) {
+    const rm<S> rounded = want.template cast<S>();
+    std::size_t differ = 0;
+    for (index_t i = 0; i < got.size(); ++i) differ += bits(got.data()[i]) != bits(rounded.data()[i]) ? 1 : 0;
+    return differ == 0;
+  };
+  const lrpe::rope_neox<float> rope(d);
+  const lrpe::feature_maps::elu_plus_one phi;
+  const lrpe::linear_options causal{.causal = true, .norm = lrpe::normalisation::denominator, .chunk = 32, .decay = 0.97};
+  const lrpe::linear_options plain{};
+  for (const auto* options : {&causal, &plain}) {
+    CAPTURE(options->causal);
+    rm<float> want(n, dv), got(n, dv);
+    lrpe::linear_attention(qf, kf, vf, want, rope, phi, *options, backend);
+    lrpe::linear_attention(q, k, v, got, rope, phi, *options, backend);  // 16-bit in, float out
+    CHECK(same_bits(got, want));
+    rm<S> got16(n, dv);
+    lrpe::linear_attention(q, k, v, got16, lrpe::no_encoding{}, lrpe::feature_maps::identity{}, *options, backend);
+    lrpe::linear_attention(qf, kf, vf, want, lrpe::no_encoding{}, lrpe::feature_maps::identity{}, *options, backend);
+    CHECK(same_stored(got16, want));
+  }
+  SUBCASE("a segment continuing a state, and a shard's summary") {
+    constexpr index_t split = 61;
+    const auto rows = [](const auto& x, index_t r0, index_t m) { return x.middleRows(r0, m); };
+    lrpe::linear_attention_state<float> s16(d, dv, causal.decay), sf(d, dv, causal.decay);
+    rm<S> o16(n, dv);
+    rm<float> of(n, dv);
+    for (const index_t r0 : {index_t{0}, split}) {
+      const index_t m = r0 == 0 ? split : n - split;
+      lrpe::linear_options seg = causal;
+      seg.q_positions = seg.k_positions = lrpe::positions(r0);
+      rm<S> part16(m, dv);
+      rm<float> partf(m, dv);
+      const rm<S> qs = rows(q, r0, m), ks = rows(k, r0, m), vs = rows(v, r0, m);
+      const rm<float> qfs = rows(qf, r0, m), kfs = rows(kf, r0, m), vfs = rows(vf, r0, m);
+      lrpe::linear_attention(qs, ks, vs, part16, rope, phi, s16, seg, backend);
+      lrpe::linear_attention(qfs, kfs, vfs, partf, rope, phi, sf, seg, backend);
+      o16.middleRows(r0, m) = part16;
+      of.middleRows(r0, m) = partf;
+    }
+    CHECK(same_stored(o16, of));
+    const auto sum16 = lrpe::linear_attention_summary(k, v, rope, phi, causal, backend);
+    const auto sumf = lrpe::linear_attention_summary(kf, vf, rope, phi, causal, backend);
+    const auto a = sum16.export_state(), b = sumf.export_state();
+    CHECK(a.kv == b.kv);
+    CHECK(a.k_sum == b.k_sum);
+    CHECK(a.count == n);
+  }
+  SUBCASE("multi-head, grouped K/V, BSNH, with states") {
+    constexpr index_t hq = 4, hk = 2, m = 40;
+    const rm<S> qh = make(m * hq, d), kh = make(m * hk, d), vh = make(m * hk, dv);
+    const rm<float> qhf = widened(qh), khf = widened(kh), vhf = widened(vh);
+    rm<S> o16(m * hq, dv);
+    rm<float> of(m * hq, dv);
+    std::vector<lrpe::linear_attention_state<float>> st16(hq, lrpe::linear_attention_state<float>(d, dv, causal.decay)),
+        stf = st16;
+    lrpe::linear_attention(lrpe::bsnh(qh.data(), 1, m, hq, d), lrpe::bsnh(kh.data(), 1, m, hk, d),
+                           lrpe::bsnh(vh.data(), 1, m, hk, dv), lrpe::bsnh(o16.data(), 1, m, hq, dv), rope, phi,
+                           std::span<lrpe::linear_attention_state<float>>(st16), causal, backend);
+    lrpe::linear_attention(lrpe::bsnh(qhf.data(), 1, m, hq, d), lrpe::bsnh(khf.data(), 1, m, hk, d),
+                           lrpe::bsnh(vhf.data(), 1, m, hk, dv), lrpe::bsnh(of.data(), 1, m, hq, dv), rope, phi,
+                           std::span<lrpe::linear_attention_state<float>>(stf), causal, backend);
+    CHECK(same_stored(o16, of));
+    rm<S> p16(m * hq, dv);
+    rm<float> pf(m * hq, dv);
+    lrpe::linear_attention(lrpe::bnsh(qh.data(), 1, hq, m, d), lrpe::bnsh(kh.data(), 1, hk, m, d),
+                           lrpe::bnsh(vh.data(), 1, hk, m, dv), lrpe::bnsh(p16.data(), 1, hq, m, dv), rope, phi, plain,
+                           backend);
+    lrpe::linear_attention(lrpe::bnsh(qhf.data(), 1, hq, m, d), lrpe::bnsh(khf.data(), 1, hk, m, d),
+                           lrpe::bnsh(vhf.data(), 1, hk, m, dv), lrpe::bnsh(pf.data(), 1, hq, m, dv), rope, phi, plain,
+                           backend);
+    CHECK(same_stored(p16, pf));
+  }
+  SUBCASE("bad views: an error naming the argument, nothing read") {
+    rm<S> out(n, dv);
+    const lrpe::matrix_view<const S> no_data(nullptr, n, d, d);
+    CHECK_THROWS_WITH_AS(lrpe::linear_attention(no_data, lrpe::view(k), lrpe::view(v), lrpe::view(out), rope, phi,
+                                                plain, backend),
+                         doctest::Contains("q"), lrpe::shape_error);
+    rm<S> short_v(n - 1, dv);
+    CHECK_THROWS_AS(lrpe::linear_attention(q, k, short_v, out, rope, phi, plain, backend), lrpe::shape_error);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("linear attention with 16-bit q, k, v, out: the float call on the widened inputs, rounded once") {
+  SUBCASE("bfloat16, reference") { linear_16bit_case<lrpe::bfloat16>(lrpe::backend::reference{}); }
+  SUBCASE("bfloat16, simd") { linear_16bit_case<lrpe::bfloat16>(lrpe::backend::simd<>{}); }
+  SUBCASE("half, simd") { linear_16bit_case<lrpe::half>(lrpe::backend::simd<>{}); }
+}

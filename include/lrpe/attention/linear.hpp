@@ -23,6 +23,7 @@
 #include <lrpe/attention/options.hpp>
 #include <lrpe/attention/softmax.hpp>
 #include <lrpe/attention/state.hpp>
+#include <lrpe/core/storage.hpp>
 
 #include <algorithm>
 #include <optional>
@@ -149,12 +150,50 @@ void linear_attention_impl(const matrix_view<const T>& q, const matrix_view<cons
   }
 }
 
+/**
+ * The front of the single-head `linear_attention` calls: with T = float, q, k, v and out may be
+ * 16-bit storage of it (`lrpe::half`, `lrpe::bfloat16`). Such views are checked, widened
+ * (exactly) into T copies, and a 16-bit out is computed in T and rounded once (O(n·d) scratch
+ * each): the kernels run on T, so the result is the float call's on the widened inputs.
+ */
+template <class T, class SQ, class SK, class SV, class SO, class Encoding, class Phi, class Backend>
+void linear_entry(const matrix_view<const SQ>& q, const matrix_view<const SK>& k, const matrix_view<const SV>& v,
+                  const matrix_view<SO>& out, const Encoding& encoding, const Phi& phi, const linear_options& options,
+                  linear_attention_state<T>* state, Backend backend) {
+  static_assert(std::is_same_v<compute_t<SQ>, T> && std::is_same_v<compute_t<SK>, T> &&
+                    std::is_same_v<compute_t<SV>, T> && std::is_same_v<compute_t<SO>, T>,
+                "lrpe::linear_attention: q, k, v and out must have the same scalar type (the state's, with a "
+                "state), or be 16-bit storage of it (lrpe::half, lrpe::bfloat16: computed in float)");
+  if constexpr (std::is_same_v<SQ, T> && std::is_same_v<SK, T> && std::is_same_v<SV, T> && std::is_same_v<SO, T>) {
+    linear_attention_impl<T>(q, k, v, out, encoding, phi, options, state, backend);
+  } else {
+    constexpr const char* where = "lrpe::linear_attention (16-bit storage)";
+    validate(q, where, "q");
+    validate(k, where, "k");
+    validate(v, where, "v");
+    validate(out, where, "out");
+    const widened<T, SQ> qw(q);
+    const widened<T, SK> kw(k);
+    const widened<T, SV> vw(v);
+    if constexpr (std::is_same_v<SO, T>) {
+      linear_attention_impl<T>(qw.view(), kw.view(), vw.view(), out, encoding, phi, options, state, backend);
+    } else {
+      row_matrix<T> o(out.rows, out.cols);
+      linear_attention_impl<T>(qw.view(), kw.view(), vw.view(), view(o), encoding, phi, options, state, backend);
+      for (index_t i = 0; i < out.rows; ++i)
+        for (index_t c = 0; c < out.cols; ++c) out(i, c) = narrow<SO>(o(i, c));
+    }
+  }
+}
+
 }  // namespace detail
 
 /**
  * Linear attention of one head.
  *
- * @param q, k, v  n_q×d, n_k×d, n_k×d_v (`matrix_view` or row-major Eigen), scalar T.
+ * @param q, k, v  n_q×d, n_k×d, n_k×d_v (`matrix_view` or row-major Eigen), scalar T; with T =
+ *                 float, any of them (and out) may be stored in 16 bits (`lrpe::half`,
+ *                 `lrpe::bfloat16`): widened copies, computed in float, out rounded once.
  * @param out      n_q×d_v (must not overlap the inputs).
  * @param encoding a linearizable encoding: any `lrpe::encoder` (complex ones through their real
  *                 view), `canonical::cosformer`, `canonical::transformer_xl`, ... (see
@@ -175,10 +214,9 @@ template <class Q, class K, class V, class O, class Encoding, class Phi, class B
   requires detail::matrix_input<Q> && detail::matrix_input<K> && detail::matrix_input<V>
 void linear_attention(const Q& q, const K& k, const V& v, O&& out, const Encoding& encoding, const Phi& phi,
                       const linear_options& options = {}, Backend backend = {}) {
-  const auto qv = detail::as_input(q);
-  using T = std::remove_const_t<std::remove_pointer_t<decltype(qv.data)>>;
-  detail::linear_attention_impl<T>(qv, detail::as_input(k), detail::as_input(v), detail::as_output(out), encoding,
-                                   phi, options, static_cast<linear_attention_state<T>*>(nullptr), backend);
+  using T = compute_t<detail::input_scalar_t<Q>>;
+  detail::linear_entry<T>(detail::as_input(q), detail::as_input(k), detail::as_input(v), detail::as_output(out),
+                          encoding, phi, options, static_cast<linear_attention_state<T>*>(nullptr), backend);
 }
 
 /**
@@ -192,12 +230,13 @@ template <class Q, class K, class V, class O, class Encoding, class Phi, class T
   requires detail::matrix_input<Q> && detail::matrix_input<K> && detail::matrix_input<V>
 void linear_attention(const Q& q, const K& k, const V& v, O&& out, const Encoding& encoding, const Phi& phi,
                       linear_attention_state<T>& state, const linear_options& options, Backend backend = {}) {
-  detail::linear_attention_impl<T>(detail::as_input(q), detail::as_input(k), detail::as_input(v),
-                                   detail::as_output(out), encoding, phi, options, &state, backend);
+  detail::linear_entry<T>(detail::as_input(q), detail::as_input(k), detail::as_input(v), detail::as_output(out),
+                          encoding, phi, options, &state, backend);
 }
 
 /**
- * The summary of a shard of keys for sequence-parallel causal linear attention: the state a
+ * The summary of a shard of keys for sequence-parallel causal linear attention (k, v may be
+ * 16-bit storage of float, widened first): the state a
  * fresh `linear_attention_state(feature_dim, v.cols, options.decay)` reaches over the keys k, v
  * at `options.k_positions` (global positions: angles and decays are those of one call). Folding
  * the summaries of shards 0 … r − 1 with `append_state` gives shard r its incoming state;
@@ -212,11 +251,19 @@ template <class K, class V, class Encoding, class Phi, class Backend = backend::
 auto linear_attention_summary(const K& k_in, const V& v_in, const Encoding& encoding, const Phi& phi,
                               const linear_options& options, Backend backend = {}) {
   constexpr const char* where = "lrpe::linear_attention_summary";
-  const auto k = detail::as_input(k_in);
-  const auto v = detail::as_input(v_in);
-  using T = detail::input_scalar_t<K>;
-  static_assert(std::is_same_v<decltype(v), const matrix_view<const T>>,
-                "lrpe::linear_attention_summary: k and v must have the same scalar type");
+  using T = compute_t<detail::input_scalar_t<K>>;
+  static_assert(std::is_same_v<compute_t<detail::input_scalar_t<V>>, T>,
+                "lrpe::linear_attention_summary: k and v must have the same scalar type, or be 16-bit storage "
+                "of it (lrpe::half, lrpe::bfloat16: computed in float)");
+  const auto k_stored = detail::as_input(k_in);
+  const auto v_stored = detail::as_input(v_in);
+  validate(k_stored, where, "k");
+  validate(v_stored, where, "v");
+  // 16-bit k, v: widened copies (exact); float or double: the views themselves
+  const detail::widened<T, detail::input_scalar_t<K>> kw(k_stored);
+  const detail::widened<T, detail::input_scalar_t<V>> vw(v_stored);
+  const matrix_view<const T>& k = kw.view();
+  const matrix_view<const T>& v = vw.view();
   detail::require_parameter(options.causal, where, "options.causal", "must be true (a summary is a causal state)",
                             "false");
   const matrix_view<const T> no_q(k.data, 0, k.cols, k.row_stride);

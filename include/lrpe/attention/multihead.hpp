@@ -352,18 +352,20 @@ inline linear_options head_linear_options(const linear_options& options, index_t
 template <class TQ, class TK, class TV, class T, class Encodings, class Phi, class Backend>
 void linear_attention_heads(const heads_view<TQ>& q, const heads_view<TK>& k, const heads_view<TV>& v,
                             const heads_view<T>& out, const Encodings& encodings, const Phi& phi,
-                            const linear_options& options, std::span<linear_attention_state<T>>* states,
+                            const linear_options& options,
+                            std::span<linear_attention_state<compute_t<std::remove_const_t<T>>>>* states,
                             Backend backend) {
   constexpr const char* where = "lrpe::linear_attention (multi-head)";
   static_assert(!std::is_const_v<T>, "lrpe::linear_attention: out must be a mutable heads_view");
+  using C = compute_t<T>;  // the scalar the heads compute in (out may be 16-bit storage of it)
   validate_attention_heads(q, k, v, out, where);
-  require_feature_map<T>(phi, where);
+  require_feature_map<C>(phi, where);
   validate_head_decays(options, q.heads, where);
   if (states != nullptr) {
-    check_head_states(q, k, v, encodings, options, std::span<const linear_attention_state<T>>(*states), where);
+    check_head_states(q, k, v, encodings, options, std::span<const linear_attention_state<C>>(*states), where);
   } else {
     const call_span span = head_call_span(options, q.seq, k.seq, where);
-    check_head_encodings<std::remove_const_t<TQ>>(encodings, q.heads, q.dim, where, &span);
+    check_head_encodings<compute_t<std::remove_const_t<TQ>>>(encodings, q.heads, q.dim, where, &span);
   }
   // (b, h) pairs, h-major; a backend may run them on several threads (backend::for_each_head)
   using backend::for_each_head;
@@ -398,7 +400,7 @@ void linear_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const he
                       const heads_view<T>& out, const Encodings& encodings, const Phi& phi,
                       const linear_options& options = {}, Backend backend = {}) {
   detail::linear_attention_heads(q, k, v, out, encodings, phi, options,
-                                 static_cast<std::span<linear_attention_state<T>>*>(nullptr), backend);
+                                 static_cast<std::span<linear_attention_state<compute_t<T>>>*>(nullptr), backend);
 }
 
 /**
@@ -419,7 +421,8 @@ void linear_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const he
 template <class TQ, class TK, class TV, class T, class Encodings, class Phi, class Backend = backend::reference>
 void linear_attention(const heads_view<TQ>& q, const heads_view<TK>& k, const heads_view<TV>& v,
                       const heads_view<T>& out, const Encodings& encodings, const Phi& phi,
-                      std::type_identity_t<std::span<linear_attention_state<T>>> states, const linear_options& options,
+                      std::type_identity_t<std::span<linear_attention_state<compute_t<T>>>> states,
+                      const linear_options& options,
                       Backend backend = {}) {
   detail::linear_attention_heads(q, k, v, out, encodings, phi, options, &states, backend);
 }
