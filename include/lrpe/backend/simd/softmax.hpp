@@ -486,6 +486,12 @@ void softmax_direct_rows(const softmax_problem<T, SV>& p, const matrix_view<cons
           prefetch_row<3>(v.row(j), dv);
           if constexpr (!widen_block) prefetch_row<3>(k.row(j), d);  // (a tile's: bench/results/issue39-kv-storage.md)
         }
+        if constexpr (widen_block) {  // the block after next's K and V into L2 (a paged cache's most)
+          for (index_t j = jp + BK; j < std::min(je + BK, n_vis); ++j) {
+            prefetch_row<2>(k.row(j), d);
+            prefetch_row<2>(v.row(j), dv);
+          }
+        }
       }
       // W independent accumulators, one per key (a key past the block reads the block's last
       // key; the mask discards it)
