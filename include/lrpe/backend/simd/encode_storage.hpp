@@ -5,12 +5,18 @@
  * encoder: `lrpe::encode(backend, enc, x, pos, out)` and `lrpe::encode_qk(backend, enc, q, q_pos,
  * k, k_pos, q_out, k_out)`.
  *
- * Both go by blocks of positions: every matrix's rows of a block are widened (exactly) into a
- * float stage in the calling thread's workspace, encoded there by the float kernels of
- * `simd_encoder` (one table per block, shared by every head, and by Q and K when their positions
- * agree), and each output rounded once into its 16-bit row. The stage is sized to stay in the L2
- * cache, so the 16-bit rows go through memory once each way. A block is a whole number of the
- * float tables' runs of positions, so every row has the float call's bits on the widened input.
+ * Both go by blocks of positions, with one table per block shared by every head (and by Q and
+ * K when their positions agree), and every output is the float call's on the widened input,
+ * rounded once (to nearest even):
+ * - RoPE's shape (P = I, Λ = rotation, either pairing) in one pass (`rotate_stored`): each
+ *   vector widened as it is loaded, rotated by the float kernel's arithmetic, and rounded as it
+ *   is stored;
+ * - any other encoder through a float stage (`encode_stored`): a block's rows widened (exactly)
+ *   into the calling thread's workspace, encoded there by `simd_encoder`'s float kernels, and
+ *   rounded into the 16-bit rows. The stage is sized to stay in the L2 cache, so the 16-bit rows
+ *   go through memory once each way.
+ * A block is a whole number of the float tables' runs of positions, so the tables are the float
+ * call's.
  */
 #pragma once
 
